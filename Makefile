@@ -1,0 +1,41 @@
+# ZeroLock: `make run` to serve, `make test` to run every test.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PORT   ?= 8000
+export PORT
+
+.PHONY: run test lint format bench clean
+
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+run: $(VENV)/.installed
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py bootstrap
+	exec bin/serve
+
+test: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(VENV)/.installed-test
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: $(VENV)/.installed-test
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) var *.egg-info

@@ -1,0 +1,142 @@
+"""The one error envelope: ``{"error": {"code", "message", ...details}}``.
+
+Every failure under ``/api/`` leaves through here: DRF exceptions through
+``api_exception_handler``, and whatever Django answers before or around DRF
+(unknown URL, oversized body, a crash) through ``ApiErrorEnvelopeMiddleware``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from rest_framework import exceptions as drf_exceptions
+from rest_framework.response import Response
+
+logger = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """A domain error with its HTTP status, contract code and extra details."""
+
+    def __init__(self, status: int, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+
+    def envelope(self) -> dict[str, Any]:
+        return envelope(self.code, self.message, **self.details)
+
+
+def envelope(code: str, message: str, **details: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, **details}}
+
+
+_DRF_CODES: list[tuple[type[Exception], str]] = [
+    (drf_exceptions.ParseError, "MALFORMED_JSON"),
+    (drf_exceptions.NotAuthenticated, "UNAUTHENTICATED"),
+    (drf_exceptions.AuthenticationFailed, "UNAUTHENTICATED"),
+    (drf_exceptions.PermissionDenied, "PERMISSION_DENIED"),
+    (drf_exceptions.NotFound, "NOT_FOUND"),
+    (drf_exceptions.MethodNotAllowed, "METHOD_NOT_ALLOWED"),
+    (drf_exceptions.NotAcceptable, "NOT_ACCEPTABLE"),
+    (drf_exceptions.UnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE"),
+    (drf_exceptions.Throttled, "RATE_LIMITED"),
+    (drf_exceptions.ValidationError, "VALIDATION_ERROR"),
+]
+
+
+def _first_message(detail: Any) -> str:
+    if isinstance(detail, dict):
+        for field, value in detail.items():
+            inner = _first_message(value)
+            return inner if field == "non_field_errors" else f"{field}: {inner}"
+    if isinstance(detail, list) and detail:
+        return _first_message(detail[0])
+    return str(detail)
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, ApiError):
+        response = Response(exc.envelope(), status=exc.status)
+        if exc.status == 401:
+            response["WWW-Authenticate"] = "X-API-Key"
+        return response
+    if isinstance(exc, RequestDataTooBig):
+        return Response(_too_large(), status=413)
+    if isinstance(exc, drf_exceptions.APIException):
+        code = next((c for cls, c in _DRF_CODES if isinstance(exc, cls)), "ERROR")
+        if code == "MALFORMED_JSON":
+            message = f"Request body is not valid JSON: {exc.detail}"
+        else:
+            message = _first_message(exc.detail)
+        details: dict[str, Any] = {}
+        if isinstance(exc, drf_exceptions.ValidationError):
+            details["fields"] = exc.detail
+        response = Response(envelope(code, message, **details), status=exc.status_code)
+        if getattr(exc, "auth_header", None):
+            response["WWW-Authenticate"] = exc.auth_header
+        if getattr(exc, "wait", None):
+            response["Retry-After"] = str(int(exc.wait))
+        return response
+    return None
+
+
+def _too_large() -> dict[str, Any]:
+    limit = settings.ZEROLOCK_MAX_BODY_BYTES
+    return envelope("PAYLOAD_TOO_LARGE", f"Request body exceeds {limit} bytes.", limit_bytes=limit)
+
+
+_STATUS_CODES = {
+    400: "BAD_REQUEST",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    413: "PAYLOAD_TOO_LARGE",
+}
+
+
+class ApiErrorEnvelopeMiddleware:
+    """Keeps ``/api/`` answers JSON even where DRF never ran: an unknown path, a
+    body over the size limit, a CSRF refusal or an unexpected crash."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not request.path.startswith("/api/"):
+            return self.get_response(request)
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if length.isdigit() and int(length) > settings.ZEROLOCK_MAX_BODY_BYTES:
+            return JsonResponse(_too_large(), status=413)
+        response = self.get_response(request)
+        if response.status_code < 400 or _is_json(response):
+            return response
+        status = response.status_code
+        code = _STATUS_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "ERROR")
+        message = response.reason_phrase or "Error"
+        if status == 404:
+            message = f"No API endpoint at {request.path}."
+        replacement = JsonResponse(envelope(code, message), status=status)
+        for header in ("Allow", "Retry-After", "WWW-Authenticate"):
+            if response.has_header(header):
+                replacement[header] = response[header]
+        return replacement
+
+    def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
+        if not request.path.startswith("/api/"):
+            return None
+        if isinstance(exc, RequestDataTooBig):
+            return JsonResponse(_too_large(), status=413)
+        logger.exception("Unhandled error on %s %s", request.method, request.path)
+        return JsonResponse(envelope("INTERNAL_ERROR", "Internal server error."), status=500)
+
+
+def _is_json(response: HttpResponse) -> bool:
+    return response.get("Content-Type", "").startswith("application/json")

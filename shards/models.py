@@ -1,0 +1,204 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import models
+from django.utils import timezone
+
+SHARD_ID_REGEX = r"^[A-Za-z0-9_.:-]{1,128}$"
+
+
+class ShardType(models.TextChoices):
+    DECISION = "decision"
+    ADDITIVE = "additive"
+
+
+class CrdtType(models.TextChoices):
+    MAP = "map"
+    ARRAY = "array"
+    TEXT = "text"
+
+
+class OwnerPolicy(models.TextChoices):
+    SINGLE_WRITER = "single-writer"
+    OWNERS_ONLY = "owners-only"
+
+
+class ShardQuerySet(models.QuerySet):
+    def with_prefix(self, prefix: str) -> ShardQuerySet:
+        return self.filter(id__startswith=prefix) if prefix else self
+
+    def of_type(self, shard_type: str) -> ShardQuerySet:
+        return self.filter(type=shard_type) if shard_type else self
+
+
+class Shard(models.Model):
+    id = models.CharField(primary_key=True, max_length=128)
+    type = models.CharField(max_length=16, choices=ShardType.choices)
+    # null, not "", is what the contract shows for decision shards.
+    crdt_type = models.CharField(  # noqa: DJ001
+        max_length=16, choices=CrdtType.choices, null=True, blank=True
+    )
+    owner_policy = models.CharField(
+        max_length=16, choices=OwnerPolicy.choices, default=OwnerPolicy.SINGLE_WRITER
+    )
+    owners = models.JSONField(default=list, blank=True)
+    reversible = models.BooleanField(default=True)
+    value_schema = models.JSONField(null=True, blank=True)
+    value = models.JSONField(null=True, blank=True)
+    version = models.PositiveBigIntegerField(default=1)
+    created_by = models.CharField(max_length=128)
+    updated_by = models.CharField(max_length=128)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = ShardQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.id} v{self.version}"
+
+
+class AuditQuerySet(models.QuerySet):
+    def for_shard(self, shard_id: str) -> AuditQuerySet:
+        return self.filter(shard_id=shard_id)
+
+    def history_of(self, shard: Shard) -> AuditQuerySet:
+        """Applied versions of this incarnation of the shard, oldest first."""
+        return self.filter(
+            shard_id=shard.id,
+            action__in=[AuditAction.SHARD_CREATE, AuditAction.SHARD_COMMIT],
+            created_at__gte=shard.created_at,
+        ).order_by("version_after")
+
+    def since(self, when: datetime | None) -> AuditQuerySet:
+        return self.filter(created_at__gte=when) if when else self
+
+
+class AuditAction(models.TextChoices):
+    SHARD_CREATE = "shard.create"
+    SHARD_COMMIT = "shard.commit"
+    SHARD_COMMIT_REJECTED = "shard.commit_rejected"
+    SHARD_DELETE = "shard.delete"
+    KEY_CREATE = "key.create"
+    KEY_REVOKE = "key.revoke"
+    KEY_CHANGE = "key.change"
+    AUTH_FAILURE = "auth.failure"
+
+
+class AuditEntry(models.Model):
+    """One append-only audit record, chained to the previous one by SHA-256.
+
+    The entry's id is the global revision: it rises by one per audited event.
+    Applied shard versions live here too (with their value), so shard history is
+    a view of this log rather than a second copy of it.
+    """
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    action = models.CharField(max_length=32, choices=AuditAction.choices, db_index=True)
+    agent_id = models.CharField(max_length=128, blank=True, db_index=True)
+    key_prefix = models.CharField(max_length=16, blank=True)
+    shard_id = models.CharField(max_length=128, blank=True, db_index=True)
+    version_before = models.PositiveBigIntegerField(null=True, blank=True)
+    version_after = models.PositiveBigIntegerField(null=True, blank=True)
+    value = models.JSONField(null=True, blank=True)
+    value_hash = models.CharField(max_length=64, blank=True)
+    details = models.JSONField(default=dict, blank=True)
+    prev_hash = models.CharField(max_length=64)
+    entry_hash = models.CharField(max_length=64, unique=True)
+
+    objects = AuditQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name_plural = "audit entries"
+        indexes = [models.Index(fields=["shard_id", "version_after"])]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.action} {self.shard_id}"
+
+
+class AuditHead(models.Model):
+    """The single row every audited write locks first: it serialises the hash chain
+    (and so every write) in one order, which also rules out lock-order deadlocks."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    last_hash = models.CharField(max_length=64, default="0" * 64)
+
+    def __str__(self) -> str:
+        return self.last_hash
+
+
+class DeliveryQuerySet(models.QuerySet):
+    def older_than(self, when: datetime) -> DeliveryQuerySet:
+        return self.filter(read_at__lt=when)
+
+
+class Delivery(models.Model):
+    """Which agent read which version of which shard, and when."""
+
+    agent_id = models.CharField(max_length=128)
+    shard_id = models.CharField(max_length=128)
+    version = models.PositiveBigIntegerField()
+    read_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = DeliveryQuerySet.as_manager()
+
+    class Meta:
+        verbose_name_plural = "deliveries"
+        indexes = [models.Index(fields=["shard_id", "agent_id"])]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} read {self.shard_id} v{self.version}"
+
+
+class ApiKeyPermission(models.TextChoices):
+    SHARD_READ = "shard:read"
+    SHARD_WRITE = "shard:write"
+    SHARD_CREATE = "shard:create"
+    APPROVAL_REQUEST = "approval:request"
+    APPROVAL_DECIDE = "approval:decide"
+    APPROVAL_ALL = "approval:*"
+    ADMIN = "admin"
+
+
+class ApiKeyQuerySet(models.QuerySet):
+    def usable(self) -> ApiKeyQuerySet:
+        now = timezone.now()
+        return self.filter(revoked=False).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
+        )
+
+
+class ApiKey(models.Model):
+    """An agent credential. Only a SHA-256 of the secret is stored; the raw key
+    (``zl_<prefix>.<secret>``) is shown once, at creation."""
+
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True)
+    hashed_key = models.CharField(max_length=64)
+    permissions = models.JSONField(default=list)
+    agent_ids = models.JSONField(default=list, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix})"
+
+    def has_permission(self, permission: str) -> bool:
+        granted = set(self.permissions)
+        if ApiKeyPermission.ADMIN in granted or permission in granted:
+            return True
+        return permission.startswith("approval:") and ApiKeyPermission.APPROVAL_ALL in granted
+
+    def allows_agent(self, agent_id: str) -> bool:
+        return not self.agent_ids or agent_id in self.agent_ids

@@ -1,0 +1,125 @@
+"""Request parsing and response shapes for the shard API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from .models import SHARD_ID_REGEX, AuditEntry, CrdtType, OwnerPolicy, Shard, ShardType
+
+_ID_HELP = "1-128 chars of [A-Za-z0-9_.:-]"
+
+
+class ShardIdField(serializers.RegexField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(SHARD_ID_REGEX, help_text=_ID_HELP, **kwargs)
+        self.error_messages["invalid"] = f"Shard ids are {_ID_HELP}."
+
+
+class ShardCreateSerializer(serializers.Serializer):
+    id = ShardIdField()
+    type = serializers.ChoiceField(choices=ShardType.choices)
+    crdt_type = serializers.ChoiceField(choices=CrdtType.choices, required=False, allow_null=True)
+    initial_value = serializers.JSONField(required=False, allow_null=True, default=None)
+    reversible = serializers.BooleanField(required=False, default=True)
+    value_schema = serializers.JSONField(required=False, allow_null=True, default=None)
+    owner_policy = serializers.ChoiceField(
+        choices=OwnerPolicy.choices, required=False, default=OwnerPolicy.SINGLE_WRITER
+    )
+    owners = serializers.ListField(child=ShardIdField(), required=False, default=list)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["owner_policy"] == OwnerPolicy.OWNERS_ONLY and not attrs["owners"]:
+            raise serializers.ValidationError({"owners": "owners-only needs at least one owner."})
+        return attrs
+
+
+class CommitSerializer(serializers.Serializer):
+    expected_version = serializers.IntegerField(min_value=1)
+    new_value = serializers.JSONField(allow_null=True)
+    read_set = serializers.DictField(
+        child=serializers.IntegerField(min_value=1), required=False, default=dict
+    )
+    approval_id = serializers.CharField(required=False, allow_null=True, max_length=64)
+
+    def validate_read_set(self, value: dict[str, int]) -> dict[str, int]:
+        field = ShardIdField()
+        for shard_id in value:
+            field.run_validation(shard_id)
+        return value
+
+
+class ShardSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Shard
+        fields = [
+            "id",
+            "type",
+            "crdt_type",
+            "owner_policy",
+            "owners",
+            "reversible",
+            "value_schema",
+            "value",
+            "version",
+            "created_by",
+            "updated_by",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class CommitResultSerializer(serializers.Serializer):
+    version = serializers.IntegerField()
+    value = serializers.JSONField()
+    audit_entry_id = serializers.IntegerField()
+
+
+class HistoryEntrySerializer(serializers.ModelSerializer):
+    version = serializers.IntegerField(source="version_after")
+    audit_entry_id = serializers.IntegerField(source="id")
+
+    class Meta:
+        model = AuditEntry
+        fields = ["version", "value", "agent_id", "created_at", "action", "audit_entry_id"]
+
+
+class AuditEntrySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AuditEntry
+        fields = [
+            "id",
+            "created_at",
+            "action",
+            "agent_id",
+            "key_prefix",
+            "shard_id",
+            "version_before",
+            "version_after",
+            "value_hash",
+            "details",
+            "prev_hash",
+            "entry_hash",
+        ]
+
+
+class ShardPageSerializer(serializers.Serializer):
+    results = ShardSerializer(many=True)
+    next = serializers.CharField(allow_null=True)
+
+
+class AuditQuerySerializer(serializers.Serializer):
+    shard_id = serializers.CharField(required=False)
+    agent_id = serializers.CharField(required=False)
+    action = serializers.CharField(required=False)
+    since = serializers.DateTimeField(required=False)
+    after = serializers.IntegerField(required=False, min_value=0, default=0)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=1000, default=100)
+
+
+class ShardListQuerySerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=ShardType.choices, required=False)
+    prefix = serializers.CharField(required=False, max_length=128)
+    after = serializers.CharField(required=False, max_length=128)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=1000)

@@ -1,0 +1,333 @@
+"""Writes. Each domain rule lives in one function here: the OCC check
+(``occ_apply``), schema validation (``value_validate``), the irreversibility gate
+(``gate_check``), read-set validation (``read_set_stale_entries``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import jsonschema
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+
+from .audit import audited_transaction
+from .auth import generate_raw_key
+from .errors import ApiError
+from .models import (
+    ApiKey,
+    ApiKeyPermission,
+    AuditAction,
+    Delivery,
+    OwnerPolicy,
+    Shard,
+    ShardType,
+)
+
+
+@dataclass(frozen=True)
+class Actor:
+    agent_id: str
+    key_prefix: str = ""
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    version: int
+    value: Any
+    audit_entry_id: int
+
+
+# --- rules -----------------------------------------------------------------
+
+
+def schema_check(schema: Any) -> None:
+    if schema is None:
+        return
+    if not isinstance(schema, dict | bool):
+        raise ApiError(400, "VALIDATION_ERROR", "value_schema must be a JSON Schema object.")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ApiError(
+            400, "VALIDATION_ERROR", f"value_schema is not a valid JSON Schema: {exc.message}"
+        ) from exc
+
+
+def value_validate(schema: Any, value: Any) -> None:
+    """400 SCHEMA_VIOLATION when the value does not satisfy the shard's schema."""
+    if schema is None:
+        return
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    if error is not None:
+        raise ApiError(
+            400,
+            "SCHEMA_VIOLATION",
+            f"Value does not match the shard's value_schema: {error.message}",
+            path=list(error.absolute_path),
+            validator=error.validator,
+        )
+
+
+def gate_check(shard: Shard, approval_id: str | None) -> None:
+    """Irreversible shards accept no direct commit; the write is not held anywhere."""
+    if shard.reversible:
+        return
+    if not approval_id:
+        raise ApiError(
+            403,
+            "APPROVAL_REQUIRED",
+            f"Shard {shard.id!r} is irreversible: request an approval first "
+            "(POST /api/approvals/request).",
+            shard_id=shard.id,
+        )
+    raise ApiError(
+        403, "APPROVAL_INVALID", f"No usable approval {approval_id!r}.", reason="NOT_FOUND"
+    )
+
+
+def owner_check(shard: Shard, agent_id: str) -> None:
+    if shard.owner_policy == OwnerPolicy.OWNERS_ONLY and agent_id not in shard.owners:
+        raise ApiError(
+            403, "NOT_AN_OWNER", f"Only the owners of {shard.id!r} may commit.", owners=shard.owners
+        )
+
+
+def read_set_stale_entries(read_set: dict[str, int]) -> list[dict[str, Any]]:
+    if not read_set:
+        return []
+    current = dict(Shard.objects.filter(id__in=list(read_set)).values_list("id", "version"))
+    return [
+        {"shard_id": sid, "read_version": read, "current_version": current.get(sid)}
+        for sid, read in sorted(read_set.items())
+        if current.get(sid) != read
+    ]
+
+
+def occ_apply(*, shard_id: str, expected_version: int, new_value: Any, agent_id: str) -> bool:
+    """The OCC check: one conditional UPDATE. Zero rows touched means someone else's
+    commit already took ``expected_version``."""
+    touched = Shard.objects.filter(pk=shard_id, version=expected_version).update(
+        value=new_value,
+        version=F("version") + 1,
+        updated_by=agent_id,
+        updated_at=timezone.now(),
+    )
+    return touched == 1
+
+
+# --- shards ------------------------------------------------------------------
+
+
+def shard_get(shard_id: str) -> Shard:
+    shard = Shard.objects.filter(pk=shard_id).first()
+    if shard is None:
+        raise ApiError(404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id)
+    return shard
+
+
+def shard_read(*, shard_id: str, reader: str) -> Shard:
+    """Reads a shard and records the delivery (who saw which version)."""
+    shard = shard_get(shard_id)
+    Delivery.objects.create(agent_id=reader, shard_id=shard.id, version=shard.version)
+    return shard
+
+
+def shard_create(
+    *,
+    actor: Actor,
+    shard_id: str,
+    shard_type: str,
+    crdt_type: str | None = None,
+    initial_value: Any = None,
+    reversible: bool = True,
+    value_schema: Any = None,
+    owner_policy: str = OwnerPolicy.SINGLE_WRITER,
+    owners: list[str] | None = None,
+) -> Shard:
+    if shard_type == ShardType.ADDITIVE:
+        raise ApiError(
+            400, "VALIDATION_ERROR", "Additive (CRDT) shards are not available on this server yet."
+        )
+    if crdt_type is not None:
+        raise ApiError(400, "VALIDATION_ERROR", "crdt_type is only for additive shards.")
+    schema_check(value_schema)
+    value_validate(value_schema, initial_value)
+    with audited_transaction() as audit:
+        if Shard.objects.filter(pk=shard_id).exists():
+            raise ApiError(
+                409, "SHARD_EXISTS", f"Shard {shard_id!r} already exists.", shard_id=shard_id
+            )
+        now = timezone.now()
+        shard = Shard.objects.create(
+            id=shard_id,
+            type=shard_type,
+            crdt_type=crdt_type,
+            owner_policy=owner_policy,
+            owners=owners or [],
+            reversible=reversible,
+            value_schema=value_schema,
+            value=initial_value,
+            version=1,
+            created_by=actor.agent_id,
+            updated_by=actor.agent_id,
+            created_at=now,
+            updated_at=now,
+        )
+        audit.append(
+            action=AuditAction.SHARD_CREATE,
+            agent_id=actor.agent_id,
+            key_prefix=actor.key_prefix,
+            shard_id=shard_id,
+            version_after=1,
+            value=initial_value,
+            details={"type": shard_type, "reversible": reversible, "owner_policy": owner_policy},
+        )
+    return shard
+
+
+def shard_commit(
+    *,
+    actor: Actor,
+    shard_id: str,
+    expected_version: int,
+    new_value: Any,
+    read_set: dict[str, int] | None = None,
+    approval_id: str | None = None,
+) -> CommitResult:
+    """Commit to a decision shard: exactly one commit wins per version."""
+    shard = shard_get(shard_id)
+    try:
+        owner_check(shard, actor.agent_id)
+        gate_check(shard, approval_id)
+    except ApiError as refusal:
+        _audit_rejection(actor, shard_id, expected_version, refusal)
+        raise
+    value_validate(shard.value_schema, new_value)
+
+    rejection: ApiError | None = None
+    with audited_transaction() as audit:
+        stale = read_set_stale_entries(read_set or {})
+        if stale:
+            rejection = ApiError(
+                409,
+                "READ_SET_STALE",
+                "Shards this decision was based on have moved on.",
+                stale=stale,
+            )
+        elif occ_apply(
+            shard_id=shard_id,
+            expected_version=expected_version,
+            new_value=new_value,
+            agent_id=actor.agent_id,
+        ):
+            entry = audit.append(
+                action=AuditAction.SHARD_COMMIT,
+                agent_id=actor.agent_id,
+                key_prefix=actor.key_prefix,
+                shard_id=shard_id,
+                version_before=expected_version,
+                version_after=expected_version + 1,
+                value=new_value,
+            )
+            return CommitResult(expected_version + 1, new_value, entry.pk)
+        else:
+            current = Shard.objects.filter(pk=shard_id).values("version", "value").first()
+            if current is None:
+                rejection = ApiError(
+                    404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id
+                )
+            else:
+                rejection = ApiError(
+                    409,
+                    "STALE_VERSION",
+                    f"Version {expected_version} is not current (current is {current['version']}).",
+                    expected_version=expected_version,
+                    current_version=current["version"],
+                    current_value=current["value"],
+                )
+        _append_rejection(audit, actor, shard_id, expected_version, rejection)
+    raise rejection
+
+
+def _append_rejection(
+    audit: Any, actor: Actor, shard_id: str, expected: int, error: ApiError
+) -> None:
+    audit.append(
+        action=AuditAction.SHARD_COMMIT_REJECTED,
+        agent_id=actor.agent_id,
+        key_prefix=actor.key_prefix,
+        shard_id=shard_id,
+        version_before=expected,
+        details={"code": error.code},
+    )
+
+
+def _audit_rejection(actor: Actor, shard_id: str, expected: int, error: ApiError) -> None:
+    with audited_transaction() as audit:
+        _append_rejection(audit, actor, shard_id, expected, error)
+
+
+def shard_delete(*, actor: Actor, shard_id: str) -> None:
+    with audited_transaction() as audit:
+        shard = shard_get(shard_id)
+        shard.delete()
+        audit.append(
+            action=AuditAction.SHARD_DELETE,
+            agent_id=actor.agent_id,
+            key_prefix=actor.key_prefix,
+            shard_id=shard_id,
+            version_before=shard.version,
+        )
+
+
+# --- deliveries, keys, auth ------------------------------------------------
+
+
+def delivery_prune(*, now: datetime | None = None) -> int:
+    cutoff = (now or timezone.now()) - timedelta(days=settings.ZEROLOCK_DELIVERY_RETENTION_DAYS)
+    deleted, _ = Delivery.objects.older_than(cutoff).delete()
+    return deleted
+
+
+def api_key_create(
+    *,
+    name: str,
+    permissions: list[str],
+    agent_ids: list[str] | None = None,
+    expires_at: datetime | None = None,
+    created_by: str = "",
+) -> tuple[ApiKey, str]:
+    """Creates a key and returns it with the raw key, which is never stored."""
+    unknown = sorted(set(permissions) - set(ApiKeyPermission.values))
+    if unknown:
+        raise ApiError(400, "VALIDATION_ERROR", f"Unknown permissions: {', '.join(unknown)}")
+    raw, prefix, hashed = generate_raw_key()
+    with audited_transaction() as audit:
+        key = ApiKey.objects.create(
+            name=name,
+            prefix=prefix,
+            hashed_key=hashed,
+            permissions=sorted(set(permissions)),
+            agent_ids=agent_ids or [],
+            expires_at=expires_at,
+        )
+        audit.append(
+            action=AuditAction.KEY_CREATE,
+            agent_id=created_by,
+            key_prefix=prefix,
+            details={"name": name, "permissions": key.permissions, "agent_ids": key.agent_ids},
+        )
+    return key, raw
+
+
+def audit_auth_failure(*, reason: str, key_prefix: str = "", path: str = "") -> None:
+    with audited_transaction() as audit:
+        audit.append(
+            action=AuditAction.AUTH_FAILURE,
+            key_prefix=key_prefix[:16],
+            details={"reason": reason, **({"path": path} if path else {})},
+        )

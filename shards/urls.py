@@ -1,0 +1,25 @@
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from . import views
+
+urlpatterns = [
+    path("shards", views.ShardListView.as_view(), name="shard-list"),
+    path("shards/<str:shard_id>", views.ShardDetailView.as_view(), name="shard-detail"),
+    path("shards/<str:shard_id>/commit", views.ShardCommitView.as_view(), name="shard-commit"),
+    path("shards/<str:shard_id>/history", views.ShardHistoryView.as_view(), name="shard-history"),
+    path("audit", views.AuditListView.as_view(), name="audit-list"),
+    path("health", views.HealthView.as_view(), name="health"),
+    path(
+        "schema",
+        SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),
+        name="schema",
+    ),
+    path(
+        "docs",
+        SpectacularSwaggerView.as_view(
+            url_name="schema", authentication_classes=[], permission_classes=[]
+        ),
+        name="api-docs",
+    ),
+]
