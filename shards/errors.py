@@ -104,18 +104,28 @@ _STATUS_CODES = {
 
 class ApiErrorEnvelopeMiddleware:
     """Keeps ``/api/`` answers JSON even where DRF never ran: an unknown path, a
-    body over the size limit, a CSRF refusal or an unexpected crash."""
+    body over the size limit, a CSRF refusal or an unexpected crash.
+
+    Deliberately sync-only and innermost (see MIDDLEWARE in settings)."""
 
     def __init__(self, get_response: Any) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        early = self._before(request)
+        return early or self._after(request, self.get_response(request))
+
+    def _before(self, request: HttpRequest) -> HttpResponse | None:
         if not request.path.startswith("/api/"):
-            return self.get_response(request)
+            return None
         length = request.META.get("CONTENT_LENGTH") or "0"
         if length.isdigit() and int(length) > settings.ZEROLOCK_MAX_BODY_BYTES:
             return JsonResponse(_too_large(), status=413)
-        response = self.get_response(request)
+        return None
+
+    def _after(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        if not request.path.startswith("/api/"):
+            return response
         if response.status_code < 400 or _is_json(response):
             return response
         status = response.status_code

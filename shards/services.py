@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from .audit import audited_transaction
 from .auth import generate_raw_key
+from .deliveries import recorder
 from .errors import ApiError
 from .models import (
     ApiKey,
@@ -132,7 +133,7 @@ def shard_get(shard_id: str) -> Shard:
 def shard_read(*, shard_id: str, reader: str) -> Shard:
     """Reads a shard and records the delivery (who saw which version)."""
     shard = shard_get(shard_id)
-    Delivery.objects.create(agent_id=reader, shard_id=shard.id, version=shard.version)
+    recorder.record(agent_id=reader, shard_id=shard.id, version=shard.version)
     return shard
 
 

@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from shards.services import api_key_create
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def make_key(db) -> Callable[..., str]:
+    """Creates an API key and returns the raw key string."""
+
+    def make(
+        *permissions: str, agents: list[str] | None = None, name: str = "test key", **kw
+    ) -> str:
+        _, raw = api_key_create(
+            name=name, permissions=list(permissions) or ["admin"], agent_ids=agents, **kw
+        )
+        return raw
+
+    return make
+
+
+@pytest.fixture
+def client_for() -> Callable[..., APIClient]:
+    """An API client acting as an agent with a given key."""
+
+    def make(key: str | None, agent: str | None = "agent-1") -> APIClient:
+        client = APIClient()
+        headers = {}
+        if key is not None:
+            headers["HTTP_X_API_KEY"] = key
+        if agent is not None:
+            headers["HTTP_X_AGENT_ID"] = agent
+        client.credentials(**headers)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def planner(make_key, client_for) -> APIClient:
+    """An agent allowed to create, read and commit shards."""
+    return client_for(make_key("shard:read", "shard:write", "shard:create"), agent="planner-1")
+
+
+@pytest.fixture
+def admin(make_key, client_for) -> APIClient:
+    return client_for(make_key("admin"), agent="admin-1")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _server_env() -> dict[str, str]:
+    """The environment that points a server process at the test database."""
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "ZEROLOCK_DB_PATH"}}
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        env["ZEROLOCK_DB_PATH"] = str(db["NAME"])
+    else:
+        url = urlsplit(os.environ["DATABASE_URL"])
+        env["DATABASE_URL"] = urlunsplit(url._replace(path="/" + db["NAME"]))
+    env["SECRET_KEY"] = settings.SECRET_KEY
+    return env
+
+
+@pytest.fixture(scope="session")
+def live_server_url(django_db_setup, django_db_blocker) -> Iterator[str]:
+    """A real Daphne process on a free port, serving the test database."""
+    port = _free_port()
+    log_path = Path(settings.DATA_DIR) / f"live-server-{port}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "zerolock_site.asgi:application",
+            ],
+            cwd=ROOT,
+            env=_server_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            httpx.get(f"{url}/api/health", timeout=2)
+            break
+        except httpx.TransportError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"live server did not start:\n{log_path.read_text()}") from None
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(autouse=True)
+def _deliveries_written_inline(settings) -> None:
+    """In-process tests read the delivery log right after a request; the live
+    server keeps the default write-behind recorder."""
+    settings.ZEROLOCK_DELIVERY_WRITE_BEHIND = False

@@ -1,0 +1,90 @@
+"""The pieces a new user meets first: bootstrap, createapikey, health, the docs."""
+
+import re
+
+import pytest
+from django.core.management import call_command
+
+from shards.auth import hash_secret
+from shards.models import ApiKey, Delivery
+from shards.tasks import prune_delivery_log
+
+pytestmark = pytest.mark.django_db
+
+
+def test_createapikey_prints_the_raw_key_last_and_stores_only_its_hash(capsys, client_for):
+    call_command(
+        "createapikey", "worker", "--permissions", "shard:read,shard:write", "--agent", "w-1"
+    )
+    raw = capsys.readouterr().out.strip().splitlines()[-1]
+    assert re.fullmatch(r"zl_[0-9a-f]{8}\.[A-Za-z0-9_-]{40,}", raw)
+    key = ApiKey.objects.get(name="worker")
+    secret = raw.split(".", 1)[1]
+    assert key.hashed_key == hash_secret(secret)
+    assert secret not in str(ApiKey.objects.filter(pk=key.pk).values().first())
+    assert key.permissions == ["shard:read", "shard:write"]
+    assert key.agent_ids == ["w-1"]
+    assert client_for(raw, agent="w-1").get("/api/shards").status_code == 200
+
+
+def test_createapikey_rejects_unknown_permissions():
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError, match="shard:fly"):
+        call_command("createapikey", "bad", "--permissions", "shard:fly")
+
+
+def test_bootstrap_prints_an_admin_login_and_key_once_then_never_again(capsys, client_for):
+    call_command("bootstrap")
+    first = capsys.readouterr().out
+    raw = re.search(r"(zl_\S+)", first).group(1)
+    assert re.search(r"admin / \S+", first)
+    assert client_for(raw, agent="admin").get("/api/audit").status_code == 200
+    call_command("bootstrap")
+    second = capsys.readouterr().out
+    assert "zl_" not in second and "already bootstrapped" in second
+
+
+def test_health_reports_database_channel_layer_and_broker(client):
+    response = client.get("/api/health")
+    assert response.status_code == 200
+    assert response.json() == {
+        "status": "ok",
+        "checks": {"database": "ok", "channel_layer": "ok", "broker": "ok"},
+    }
+
+
+def test_the_openapi_schema_describes_every_contract_path(client):
+    response = client.get("/api/schema?format=json")
+    assert response.status_code == 200
+    paths = response.json()["paths"]
+    for path in (
+        "/api/shards",
+        "/api/shards/{shard_id}",
+        "/api/shards/{shard_id}/commit",
+        "/api/shards/{shard_id}/history",
+        "/api/audit",
+        "/api/health",
+    ):
+        assert path in paths
+    assert response.json()["components"]["securitySchemes"]["ApiKeyAuth"]["name"] == "X-API-Key"
+
+
+def test_the_docs_page_loads_nothing_from_the_internet(client):
+    response = client.get("/api/docs")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "swagger-ui" in html
+    assert not re.search(r"""(src|href)=["']https?://""", html)
+
+
+def test_the_delivery_log_pruning_task_removes_only_old_rows(settings):
+    import time_machine
+
+    settings.ZEROLOCK_DELIVERY_RETENTION_DAYS = 30
+    with time_machine.travel("2026-01-01 12:00Z"):
+        Delivery.objects.create(agent_id="a", shard_id="s", version=1)
+    with time_machine.travel("2026-03-01 12:00Z"):
+        Delivery.objects.create(agent_id="a", shard_id="s", version=2)
+        assert prune_delivery_log.apply().get() == 1
+    assert list(Delivery.objects.values_list("version", flat=True)) == [2]
