@@ -12,7 +12,6 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .db import serialized_writes
 from .models import AuditEntry, AuditHead
 
 GENESIS_HASH = "0" * 64
@@ -86,7 +85,7 @@ def audited_transaction() -> Iterator[AuditWriter]:
     """Every write runs in here. Locking the audit head first puts all writers in one
     queue (on PostgreSQL; SQLite's IMMEDIATE transactions already do), so the chain
     never forks and read-set checks see no concurrent change."""
-    with serialized_writes(), transaction.atomic():
+    with transaction.atomic():
         head = AuditHead.objects.select_for_update().filter(pk=1).first()
         if head is None:
             AuditHead.objects.get_or_create(pk=1, defaults={"last_hash": GENESIS_HASH})

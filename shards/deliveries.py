@@ -20,7 +20,6 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from .db import serialized_writes
 from .models import Delivery
 
 logger = logging.getLogger(__name__)
@@ -40,8 +39,7 @@ class DeliveryRecorder:
             agent_id=agent_id, shard_id=shard_id, version=version, read_at=at or timezone.now()
         )
         if not settings.ZEROLOCK_DELIVERY_WRITE_BEHIND:
-            with serialized_writes():
-                row.save(force_insert=True)
+            row.save(force_insert=True)
             return
         self._ensure_thread()
         self._queue.put(row)
@@ -69,8 +67,7 @@ class DeliveryRecorder:
                     break
             try:
                 close_old_connections()
-                with serialized_writes():
-                    Delivery.objects.bulk_create(batch)
+                Delivery.objects.bulk_create(batch)
             except Exception:  # the writer thread must survive a bad batch
                 logger.exception("Could not write %d delivery records", len(batch))
             finally:

@@ -68,7 +68,7 @@ def test_fifty_agents_incrementing_one_counter_lose_no_update(live_server_url, l
                 # The 409 carries the current state: that is the re-read.
                 version, value = error["current_version"], error["current_value"]
                 # Jittered backoff keeps 50 contenders from retrying in lockstep.
-                await asyncio.sleep(random.uniform(0, min(0.05, 0.002 * 2**failures_in_a_row)))
+                await asyncio.sleep(random.uniform(0, min(2.0, 0.05 * 2**failures_in_a_row)))
         return successes
 
     async def swarm() -> list[int]:
