@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from django.conf import settings
@@ -25,6 +26,9 @@ from .serializers import (
     ShardListQuerySerializer,
     ShardPageSerializer,
     ShardSerializer,
+    audit_data,
+    history_data,
+    shard_data,
 )
 
 READ, WRITE, CREATE, ADMIN = "shard:read", "shard:write", "shard:create", "admin"
@@ -69,7 +73,7 @@ class ShardListView(APIView):
             params = request.query_params.copy()
             params["after"] = page[-1].id
             next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
-        return Response({"results": ShardSerializer(page, many=True).data, "next": next_url})
+        return Response({"results": [shard_data(s) for s in page], "next": next_url})
 
     @extend_schema(request=ShardCreateSerializer, responses={201: ShardSerializer})
     def post(self, request: Request) -> Response:
@@ -85,7 +89,7 @@ class ShardListView(APIView):
             owner_policy=data["owner_policy"],
             owners=data["owners"],
         )
-        return Response(ShardSerializer(shard).data, status=201)
+        return Response(shard_data(shard), status=201)
 
 
 class ShardDetailView(APIView):
@@ -94,7 +98,7 @@ class ShardDetailView(APIView):
     @extend_schema(responses=ShardSerializer, operation_id="shards_get")
     def get(self, request: Request, shard_id: str) -> Response:
         shard = services.shard_read(shard_id=shard_id, reader=reader_of(request))
-        return Response(ShardSerializer(shard).data)
+        return Response(shard_data(shard))
 
     @extend_schema(responses={204: OpenApiResponse(description="Deleted")})
     def delete(self, request: Request, shard_id: str) -> Response:
@@ -116,7 +120,7 @@ class ShardCommitView(APIView):
             read_set=data["read_set"],
             approval_id=data.get("approval_id"),
         )
-        return Response(CommitResultSerializer(result).data)
+        return Response(asdict(result))
 
 
 class ShardHistoryView(APIView):
@@ -126,7 +130,7 @@ class ShardHistoryView(APIView):
     def get(self, request: Request, shard_id: str) -> Response:
         shard = services.shard_get(shard_id)
         entries = AuditEntry.objects.history_of(shard)
-        return Response(HistoryEntrySerializer(entries, many=True).data)
+        return Response([history_data(e) for e in entries])
 
 
 class AuditListView(APIView):
@@ -140,7 +144,7 @@ class AuditListView(APIView):
             if query.get(field):
                 entries = entries.filter(**{field: query[field]})
         page = entries.order_by("id")[: query["limit"]]
-        return Response(AuditEntrySerializer(page, many=True).data)
+        return Response([audit_data(e) for e in page])
 
 
 class HealthView(APIView):

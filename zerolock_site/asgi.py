@@ -1,17 +1,22 @@
 import os
 
-from django.core.asgi import get_asgi_application
+from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zerolock_site.settings")
-django_asgi_app = get_asgi_application()
+django_wsgi_app = get_wsgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import StaticFilesHandler  # noqa: E402
+
+from .wsgi_bridge import PooledWsgiToAsgi  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         # Static files (admin, console assets) straight from the app folders: the
         # pages are low-traffic and this spares a collectstatic step and a proxy.
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        "http": PooledWsgiToAsgi(
+            StaticFilesHandler(django_wsgi_app), threads=settings.ZEROLOCK_HTTP_THREADS
+        ),
     }
 )

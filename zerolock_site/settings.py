@@ -213,6 +213,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
+# Threads serving HTTP inside the ASGI server (zerolock_site/wsgi_bridge.py).
+ZEROLOCK_HTTP_THREADS = env_int("ZEROLOCK_HTTP_THREADS", 8)
 # Request bodies above this get 413 PAYLOAD_TOO_LARGE.
 ZEROLOCK_MAX_BODY_BYTES = env_int("ZEROLOCK_MAX_BODY_BYTES", 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = ZEROLOCK_MAX_BODY_BYTES
