@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from .audit import audited_transaction
+from .audit import AuditWriter, audited_transaction
 from .auth import generate_raw_key
 from .deliveries import recorder
 from .errors import ApiError
@@ -255,7 +255,7 @@ def shard_commit(
 
 
 def _append_rejection(
-    audit: Any, actor: Actor, shard_id: str, expected: int, error: ApiError
+    audit: AuditWriter, actor: Actor, shard_id: str, expected: int, error: ApiError
 ) -> None:
     audit.append(
         action=AuditAction.SHARD_COMMIT_REJECTED,
