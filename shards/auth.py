@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication
@@ -17,6 +18,7 @@ from rest_framework.request import Request
 
 from .errors import ApiError
 from .models import ApiKey
+from .ratelimit import rate_limit_hit
 
 KEY_PREFIX = "zl_"
 AGENT_ID_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
@@ -74,6 +76,34 @@ class Principal:
         return True
 
 
+def key_rate_check(request: Request, key: ApiKey) -> None:
+    from .middleware import attach_rate_state
+
+    state = rate_limit_hit(
+        identity=f"key:{key.prefix}",
+        limit=key.rate_limit or settings.ZEROLOCK_RATE_LIMIT_PER_MINUTE,
+    )
+    attach_rate_state(request._request, state)
+    if not state.allowed:
+        raise ApiError(
+            429,
+            "RATE_LIMITED",
+            f"Rate limit of {state.limit} requests per minute exceeded for this key; "
+            f"retry in {state.retry_after} s.",
+            retry_after=state.retry_after,
+        )
+
+
+def shard_scope_check(principal: Principal, shard_id: str) -> None:
+    if not principal.key.allows_shard(shard_id):
+        raise ApiError(
+            403,
+            "PERMISSION_DENIED",
+            f"This key may not touch shard {shard_id!r} (scopes: {principal.key.shard_prefixes}).",
+            permission="shard scope",
+        )
+
+
 class ApiKeyAuthentication(BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[Principal, ApiKey] | None:
         raw = request.META.get("HTTP_X_API_KEY", "")
@@ -86,6 +116,7 @@ class ApiKeyAuthentication(BaseAuthentication):
 
             audit_auth_failure(reason=exc.code, key_prefix=(split_raw_key(raw) or ("",))[0])
             raise
+        key_rate_check(request, key)
         agent_id = request.META.get("HTTP_X_AGENT_ID", "").strip()
         if agent_id:
             if not AGENT_ID_RE.match(agent_id):
@@ -120,4 +151,6 @@ class HasKeyPermission(BasePermission):
             )
         if request.method not in ("GET", "HEAD", "OPTIONS") and not principal.agent_id:
             raise ApiError(400, "AGENT_ID_REQUIRED", "Writes need the X-Agent-Id header.")
+        if "shard_id" in view.kwargs:
+            shard_scope_check(principal, view.kwargs["shard_id"])
         return True

@@ -66,6 +66,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         response = Response(exc.envelope(), status=exc.status)
         if exc.status == 401:
             response["WWW-Authenticate"] = "X-API-Key"
+        if exc.status == 429:
+            response["Retry-After"] = str(exc.details["retry_after"])
         return response
     if isinstance(exc, RequestDataTooBig):
         return Response(_too_large(), status=413)

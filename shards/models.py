@@ -31,6 +31,15 @@ class ShardQuerySet(models.QuerySet):
     def of_type(self, shard_type: str) -> ShardQuerySet:
         return self.filter(type=shard_type) if shard_type else self
 
+    def within_scopes(self, prefixes: list[str]) -> ShardQuerySet:
+        """Shards a key scoped to these id prefixes may see (no prefixes: all)."""
+        if not prefixes:
+            return self
+        scope = models.Q()
+        for prefix in prefixes:
+            scope |= models.Q(id__startswith=prefix)
+        return self.filter(scope)
+
 
 class Shard(models.Model):
     id = models.CharField(primary_key=True, max_length=128)
@@ -181,6 +190,10 @@ class ApiKey(models.Model):
     hashed_key = models.CharField(max_length=64)
     permissions = models.JSONField(default=list)
     agent_ids = models.JSONField(default=list, blank=True)
+    # Shard-id prefixes this key may touch; empty means every shard.
+    shard_prefixes = models.JSONField(default=list, blank=True)
+    # Requests per minute for this key; empty means the server default.
+    rate_limit = models.PositiveIntegerField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
@@ -202,3 +215,6 @@ class ApiKey(models.Model):
 
     def allows_agent(self, agent_id: str) -> bool:
         return not self.agent_ids or agent_id in self.agent_ids
+
+    def allows_shard(self, shard_id: str) -> bool:
+        return not self.shard_prefixes or any(shard_id.startswith(p) for p in self.shard_prefixes)

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from . import services
-from .auth import Principal
+from .auth import Principal, shard_scope_check
 from .errors import ApiError
 from .models import AuditEntry, Shard
 from .serializers import (
@@ -63,7 +63,11 @@ class ShardListView(APIView):
     def get(self, request: Request) -> Response:
         query = parsed(ShardListQuerySerializer, request.query_params.dict())
         limit = query.get("limit") or settings.ZEROLOCK_PAGE_SIZE
-        shards = Shard.objects.of_type(query.get("type", "")).with_prefix(query.get("prefix", ""))
+        shards = (
+            Shard.objects.of_type(query.get("type", ""))
+            .with_prefix(query.get("prefix", ""))
+            .within_scopes(request.user.key.shard_prefixes)
+        )
         if query.get("after"):
             shards = shards.filter(id__gt=query["after"])
         page = list(shards.order_by("id")[: limit + 1])
@@ -78,6 +82,7 @@ class ShardListView(APIView):
     @extend_schema(request=ShardCreateSerializer, responses={201: ShardSerializer})
     def post(self, request: Request) -> Response:
         data = parsed(ShardCreateSerializer, request.data)
+        shard_scope_check(request.user, data["id"])
         shard = services.shard_create(
             actor=actor_of(request),
             shard_id=data["id"],

@@ -68,22 +68,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _server_env() -> dict[str, str]:
-    """The environment that points a server process at the test database."""
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "ZEROLOCK_DB_PATH"}}
-    db = settings.DATABASES["default"]
-    if db["ENGINE"].endswith("sqlite3"):
-        env["ZEROLOCK_DB_PATH"] = str(db["NAME"])
-    else:
-        url = urlsplit(os.environ["DATABASE_URL"])
-        env["DATABASE_URL"] = urlunsplit(url._replace(path="/" + db["NAME"]))
-    env["SECRET_KEY"] = settings.SECRET_KEY
-    return env
-
-
-@pytest.fixture(scope="session")
-def live_server_url(django_db_setup, django_db_blocker) -> Iterator[str]:
-    """A real Daphne process on a free port, serving the test database."""
+def start_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """Starts Daphne on a free port with this environment; returns it and its URL."""
     port = _free_port()
     log_path = Path(settings.DATA_DIR) / f"live-server-{port}.log"
     with open(log_path, "wb") as log:
@@ -99,7 +85,7 @@ def live_server_url(django_db_setup, django_db_blocker) -> Iterator[str]:
                 "zerolock_site.asgi:application",
             ],
             cwd=ROOT,
-            env=_server_env(),
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -108,13 +94,15 @@ def live_server_url(django_db_setup, django_db_blocker) -> Iterator[str]:
     while True:
         try:
             httpx.get(f"{url}/api/health", timeout=2)
-            break
+            return proc, url
         except httpx.TransportError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
                 raise RuntimeError(f"live server did not start:\n{log_path.read_text()}") from None
             time.sleep(0.2)
-    yield url
+
+
+def stop_server(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:
         proc.wait(timeout=10)
@@ -122,8 +110,33 @@ def live_server_url(django_db_setup, django_db_blocker) -> Iterator[str]:
         proc.kill()
 
 
+def server_env() -> dict[str, str]:
+    """The environment that points a server process at the test database."""
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "ZEROLOCK_DB_PATH"}}
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        env["ZEROLOCK_DB_PATH"] = str(db["NAME"])
+    else:
+        url = urlsplit(os.environ["DATABASE_URL"])
+        env["DATABASE_URL"] = urlunsplit(url._replace(path="/" + db["NAME"]))
+    env["SECRET_KEY"] = settings.SECRET_KEY
+    # Swarm tests send thousands of requests from one address with one key.
+    env["ZEROLOCK_RATE_LIMIT_PER_MINUTE"] = env["ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE"] = "100000000"
+    return env
+
+
+@pytest.fixture(scope="session")
+def live_server_url(django_db_setup, django_db_blocker) -> Iterator[str]:
+    """A real Daphne process on a free port, serving the test database."""
+    proc, url = start_server(server_env())
+    yield url
+    stop_server(proc)
+
+
 @pytest.fixture(autouse=True)
 def _deliveries_written_inline(settings) -> None:
     """In-process tests read the delivery log right after a request; the live
     server keeps the default write-behind recorder."""
     settings.ZEROLOCK_DELIVERY_WRITE_BEHIND = False
+    # The whole suite comes from one address; rate-limit tests set their own limits.
+    settings.ZEROLOCK_RATE_LIMIT_PER_MINUTE = settings.ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE = 10**8

@@ -80,6 +80,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "shards.errors.ApiErrorEnvelopeMiddleware",
+    "shards.middleware.RateLimitMiddleware",
 ]
 
 ROOT_URLCONF = "zerolock_site.urls"
@@ -215,6 +216,10 @@ SPECTACULAR_SETTINGS = {
 
 # Threads serving HTTP inside the ASGI server (zerolock_site/wsgi_bridge.py).
 ZEROLOCK_HTTP_THREADS = env_int("ZEROLOCK_HTTP_THREADS", 8)
+# Sliding-window rate limits, requests per minute (a key's own limit overrides
+# the per-key default). The client IP is REMOTE_ADDR: no proxy headers trusted.
+ZEROLOCK_RATE_LIMIT_PER_MINUTE = env_int("ZEROLOCK_RATE_LIMIT_PER_MINUTE", 1000)
+ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE = env_int("ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE", 1000)
 # Request bodies above this get 413 PAYLOAD_TOO_LARGE.
 ZEROLOCK_MAX_BODY_BYTES = env_int("ZEROLOCK_MAX_BODY_BYTES", 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = ZEROLOCK_MAX_BODY_BYTES

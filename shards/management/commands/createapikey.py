@@ -24,6 +24,13 @@ class Command(BaseCommand):
             default=[],
             help="Bind the key to this agent id (repeatable).",
         )
+        parser.add_argument(
+            "--shard-prefix",
+            action="append",
+            default=[],
+            help="Only shards whose id starts with this (repeatable).",
+        )
+        parser.add_argument("--rate-limit", type=int, default=None, help="Requests per minute.")
         parser.add_argument("--expires-in-days", type=int, default=None)
 
     def handle(self, *args, **opts):
@@ -36,6 +43,8 @@ class Command(BaseCommand):
                 name=opts["name"],
                 permissions=permissions,
                 agent_ids=opts["agent"],
+                shard_prefixes=opts["shard_prefix"],
+                rate_limit=opts["rate_limit"],
                 expires_at=expires,
                 created_by="manage.py",
             )
