@@ -5,9 +5,12 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zerolock_site.settings")
 django_wsgi_app = get_wsgi_application()
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import StaticFilesHandler  # noqa: E402
+from django.urls import path  # noqa: E402
+
+from shards.consumers import AgentConsumer  # noqa: E402
 
 from .wsgi_bridge import PooledWsgiToAsgi  # noqa: E402
 
@@ -18,5 +21,8 @@ application = ProtocolTypeRouter(
         "http": PooledWsgiToAsgi(
             StaticFilesHandler(django_wsgi_app), threads=settings.ZEROLOCK_HTTP_THREADS
         ),
+        # Agents authenticate with their API key, not a cookie, so there is no
+        # cross-site risk to guard with an Origin check here.
+        "websocket": URLRouter([path("ws/agents/", AgentConsumer.as_asgi())]),
     }
 )
