@@ -15,6 +15,8 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 	$(PY) -m pip install --quiet -e ".[test]"
+	@# Browser tests drive Debian's Chromium (Playwright cannot download browsers here).
+	command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
 	touch $@
 
 run: $(VENV)/.installed

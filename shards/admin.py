@@ -24,6 +24,16 @@ class ShardAdmin(admin.ModelAdmin):
     ]
     exclude = ["value"]
 
+    # Shards change only through the API, where every write is checked and audited.
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
     @admin.display(description="value")
     def pretty_value(self, obj: Shard) -> str:
         return format_html("<pre>{}</pre>", json.dumps(obj.value, indent=2, ensure_ascii=False))

@@ -133,6 +133,18 @@ def live_server_url(django_db_setup, django_db_blocker) -> Iterator[str]:
     stop_server(proc)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _db_pool_closed_before_teardown(django_db_setup, django_db_blocker) -> Iterator[None]:
+    """psycopg's pool keeps spare connections open; close them before the test
+    database is dropped, or PostgreSQL refuses to drop it."""
+    yield
+    from django.db import connections
+
+    for conn in connections.all():
+        if hasattr(conn, "close_pool"):
+            conn.close_pool()
+
+
 @pytest.fixture(autouse=True)
 def _deliveries_written_inline(settings) -> None:
     """In-process tests read the delivery log right after a request; the live

@@ -84,3 +84,17 @@ def test_an_unknown_permission_cannot_be_granted_in_admin(admin_client):
     assert page.status_code == 200
     assert not ApiKey.objects.filter(name="crew-key").exists()
     assert "Select a valid choice" in page.content.decode()
+
+
+def test_shards_are_read_only_in_admin_with_a_pretty_value(admin_client, planner):
+    planner.post(
+        "/api/shards",
+        {"id": "cfg", "type": "decision", "initial_value": {"a": [1, 2]}},
+        format="json",
+    )
+    page = admin_client.get("/admin/shards/shard/cfg/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "<pre>{\n  &quot;a&quot;: [" in html and 'name="_save"' not in html
+    assert admin_client.get("/admin/shards/shard/add/").status_code == 403
+    assert admin_client.post("/admin/shards/shard/cfg/delete/", {"post": "yes"}).status_code == 403
