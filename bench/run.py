@@ -39,7 +39,7 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 SERVERS = ("daphne", "gunicorn")
 DBS = ("sqlite", "postgres")
-WORKLOADS = ("uncontended", "contended", "mixed")
+WORKLOADS = ("uncontended", "contended", "mixed", "append")
 
 PG_DB = "zerolock_bench"
 PG_URL = f"postgres://postgres@127.0.0.1:5432/{PG_DB}"
@@ -376,6 +376,30 @@ class Bench:
 
         return [loop(n) for n in range(agents)]
 
+    async def append(self, agents: int) -> list[AgentLoop]:
+        """Every agent appends single items to one additive array shard."""
+        shard_id = f"b-{self.run}-log"
+        body = {"id": shard_id, "type": "additive", "crdt_type": "array"}
+        r = await self.client.post("/api/shards", json=body, headers=self.headers(0))
+        if r.status_code != 201:
+            raise RuntimeError(f"creating {shard_id} -> {r.status_code}: {r.text[:1000]}")
+        path = f"/api/shards/{shard_id}/commit"
+
+        def loop(n: int) -> AgentLoop:
+            async def run(deadline: float) -> None:
+                i = 0
+                while time.perf_counter() < deadline:
+                    r = await self.request("POST", path, n, {"append": [{"agent": n, "i": i}]})
+                    i += 1
+                    if r is not None and r.status_code == 200:
+                        self.stats.commits += 1
+                    elif r is not None:
+                        self.bad_status("POST", path, r)
+
+            return run
+
+        return [loop(n) for n in range(agents)]
+
 
 def percentile_ms(values: list[float], p: float) -> float:
     """Nearest-rank percentile, in milliseconds."""
@@ -514,7 +538,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--workload",
         type=comma_list(WORKLOADS),
         default=list(WORKLOADS),
-        help="uncontended,contended,mixed (default: all)",
+        help="uncontended,contended,mixed,append (default: all)",
     )
     parser.add_argument("--agents", type=int_list, default=[1, 10, 50], help="e.g. 1,10,50")
     parser.add_argument("--seconds", type=float, default=10.0, help="per workload and concurrency")

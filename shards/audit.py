@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from .models import AuditEntry, AuditHead
@@ -80,12 +81,27 @@ class AuditWriter:
         return entry
 
 
+_writer = threading.Lock()
+
+
+@contextmanager
+def _sqlite_writer_queue() -> Iterator[None]:
+    """SQLite has one writer; a writer that finds it busy sleeps in SQLite's busy
+    handler (up to 100 ms a nap). Threads of one process queue here instead:
+    measured, 80 appenders spent half their server time in those naps."""
+    if connection.vendor != "sqlite":
+        yield
+        return
+    with _writer:
+        yield
+
+
 @contextmanager
 def audited_transaction() -> Iterator[AuditWriter]:
     """Every write runs in here. Locking the audit head first puts all writers in one
     queue (on PostgreSQL; SQLite's IMMEDIATE transactions already do), so the chain
     never forks and read-set checks see no concurrent change."""
-    with transaction.atomic():
+    with _sqlite_writer_queue(), transaction.atomic():
         head = AuditHead.objects.select_for_update().filter(pk=1).first()
         if head is None:
             AuditHead.objects.get_or_create(pk=1, defaults={"last_hash": GENESIS_HASH})

@@ -31,6 +31,10 @@ class ShardQuerySet(models.QuerySet):
     def of_type(self, shard_type: str) -> ShardQuerySet:
         return self.filter(type=shard_type) if shard_type else self
 
+    def without_payload(self) -> ShardQuerySet:
+        """Rules and metadata only: the value and CRDT state grow with the shard."""
+        return self.defer("value", "crdt_state")
+
     def within_scopes(self, prefixes: list[str]) -> ShardQuerySet:
         """Shards a key scoped to these id prefixes may see (no prefixes: all)."""
         if not prefixes:
@@ -56,6 +60,10 @@ class Shard(models.Model):
     value_schema = models.JSONField(null=True, blank=True)
     value = models.JSONField(null=True, blank=True)
     version = models.PositiveBigIntegerField(default=1)
+    # Additive shards: a snapshot of the pycrdt Doc, and the version it (and
+    # ``value``) stand at; the CrdtUpdate rows after it complete the shard.
+    crdt_state = models.BinaryField(null=True, blank=True, editable=False)
+    crdt_state_version = models.PositiveBigIntegerField(default=1)
     created_by = models.CharField(max_length=128)
     updated_by = models.CharField(max_length=128)
     created_at = models.DateTimeField(default=timezone.now)
@@ -68,6 +76,23 @@ class Shard(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} v{self.version}"
+
+
+class CrdtUpdate(models.Model):
+    """One applied additive operation: the Doc update it made and the JSON op."""
+
+    shard = models.ForeignKey(Shard, on_delete=models.CASCADE, related_name="crdt_updates")
+    version = models.PositiveBigIntegerField()
+    update = models.BinaryField()
+    op = models.JSONField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["shard", "version"], name="one_update_per_version")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.shard_id} v{self.version}"
 
 
 class AuditQuerySet(models.QuerySet):

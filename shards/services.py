@@ -10,9 +10,11 @@ from typing import Any
 
 import jsonschema
 from django.conf import settings
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from . import crdt, crdt_store
 from .audit import AuditWriter, audited_transaction
 from .auth import generate_raw_key
 from .deliveries import recorder
@@ -21,6 +23,7 @@ from .models import (
     ApiKey,
     ApiKeyPermission,
     AuditAction,
+    CrdtUpdate,
     Delivery,
     OwnerPolicy,
     Shard,
@@ -39,6 +42,10 @@ class CommitResult:
     version: int
     value: Any
     audit_entry_id: int
+
+    def as_dict(self) -> dict[str, Any]:
+        # Not dataclasses.asdict: it deep-copies the value, which can be large.
+        return {"version": self.version, "value": self.value, "audit_entry_id": self.audit_entry_id}
 
 
 # --- rules -----------------------------------------------------------------
@@ -123,8 +130,9 @@ def occ_apply(*, shard_id: str, expected_version: int, new_value: Any, agent_id:
 # --- shards ------------------------------------------------------------------
 
 
-def shard_get(shard_id: str) -> Shard:
-    shard = Shard.objects.filter(pk=shard_id).first()
+def shard_get(shard_id: str, *, payload: bool = True) -> Shard:
+    shards = Shard.objects.all() if payload else Shard.objects.without_payload()
+    shard = shards.filter(pk=shard_id).first()
     if shard is None:
         raise ApiError(404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id)
     return shard
@@ -133,6 +141,7 @@ def shard_get(shard_id: str) -> Shard:
 def shard_read(*, shard_id: str, reader: str) -> Shard:
     """Reads a shard and records the delivery (who saw which version)."""
     shard = shard_get(shard_id)
+    shard.value = shard_current_value(shard)
     recorder.record(agent_id=reader, shard_id=shard.id, version=shard.version)
     return shard
 
@@ -149,11 +158,15 @@ def shard_create(
     owner_policy: str = OwnerPolicy.SINGLE_WRITER,
     owners: list[str] | None = None,
 ) -> Shard:
+    crdt_state = None
     if shard_type == ShardType.ADDITIVE:
-        raise ApiError(
-            400, "VALIDATION_ERROR", "Additive (CRDT) shards are not available on this server yet."
-        )
-    if crdt_type is not None:
+        if crdt_type is None:
+            raise ApiError(
+                400, "VALIDATION_ERROR", "Additive shards need crdt_type: map, array or text."
+            )
+        initial_value = crdt.initial_json(crdt_type, initial_value)
+        crdt_state = crdt.new_state(crdt_type, initial_value)
+    elif crdt_type is not None:
         raise ApiError(400, "VALIDATION_ERROR", "crdt_type is only for additive shards.")
     schema_check(value_schema)
     value_validate(value_schema, initial_value)
@@ -172,6 +185,7 @@ def shard_create(
             reversible=reversible,
             value_schema=value_schema,
             value=initial_value,
+            crdt_state=crdt_state,
             version=1,
             created_by=actor.agent_id,
             updated_by=actor.agent_id,
@@ -200,7 +214,7 @@ def shard_commit(
     approval_id: str | None = None,
 ) -> CommitResult:
     """Commit to a decision shard: exactly one commit wins per version."""
-    shard = shard_get(shard_id)
+    shard = shard_get(shard_id, payload=False)
     try:
         owner_check(shard, actor.agent_id)
         gate_check(shard, approval_id)
@@ -252,6 +266,62 @@ def shard_commit(
                 )
         _append_rejection(audit, actor, shard_id, expected_version, rejection)
     raise rejection
+
+
+def additive_commit(*, actor: Actor, shard_id: str, body: dict[str, Any]) -> CommitResult:
+    """Commit to an additive shard: merged, never compared against a version, so
+    it can never be stale. Structurally separate from the OCC path."""
+    shard = shard_get(shard_id, payload=False)
+    try:
+        owner_check(shard, actor.agent_id)
+        gate_check(shard, body.get("approval_id"))
+    except ApiError as refusal:
+        _audit_rejection(actor, shard_id, shard.version, refusal)
+        raise
+    op = crdt.parse_op(shard.crdt_type, body)
+    with audited_transaction() as audit:
+        # Re-read under the write lock: the database is the only truth.
+        row = Shard.objects.filter(pk=shard_id).values("version", "crdt_state_version").first()
+        if row is None:
+            raise ApiError(404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id)
+        loaded = crdt_store.load(shard_id, shard.crdt_type, row["version"])
+        crdt_store.forget(shard_id)  # the Doc changes in place below; re-cached on commit
+        update, value = crdt.apply_op(shard.crdt_type, loaded.doc, loaded.value, op)
+        value_validate(shard.value_schema, value)
+        version = row["version"] + 1
+        CrdtUpdate.objects.create(
+            shard_id=shard_id, version=version, update=update, op=op.as_json()
+        )
+        fields: dict[str, Any] = {
+            "version": version,
+            "updated_by": actor.agent_id,
+            "updated_at": timezone.now(),
+        }
+        if version - row["crdt_state_version"] >= crdt_store.COMPACT_EVERY:
+            fields.update(
+                crdt_state=loaded.doc.get_update(), crdt_state_version=version, value=value
+            )
+        Shard.objects.filter(pk=shard_id).update(**fields)
+        entry = audit.append(
+            action=AuditAction.SHARD_COMMIT,
+            agent_id=actor.agent_id,
+            key_prefix=actor.key_prefix,
+            shard_id=shard_id,
+            version_before=version - 1,
+            version_after=version,
+            value=op.as_json(),
+            details={"crdt_type": shard.crdt_type},
+        )
+        fresh = crdt_store.Loaded(version, loaded.doc, value)
+        transaction.on_commit(lambda: crdt_store.remember(shard_id, fresh))
+    return CommitResult(version, value, entry.pk)
+
+
+def shard_current_value(shard: Shard) -> Any:
+    """A shard's value as of its row: additive shards replay their update log."""
+    if shard.type != ShardType.ADDITIVE:
+        return shard.value
+    return crdt_store.load(shard.id, shard.crdt_type, shard.version).value
 
 
 def _append_rejection(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from django.conf import settings
@@ -15,7 +14,7 @@ from rest_framework.views import APIView
 from . import services
 from .auth import Principal, shard_scope_check
 from .errors import ApiError
-from .models import AuditEntry, Shard
+from .models import AuditEntry, Shard, ShardType
 from .serializers import (
     AuditEntrySerializer,
     AuditQuerySerializer,
@@ -77,6 +76,8 @@ class ShardListView(APIView):
             params = request.query_params.copy()
             params["after"] = page[-1].id
             next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+        for shard in page:
+            shard.value = services.shard_current_value(shard)
         return Response({"results": [shard_data(s) for s in page], "next": next_url})
 
     @extend_schema(request=ShardCreateSerializer, responses={201: ShardSerializer})
@@ -116,6 +117,13 @@ class ShardCommitView(APIView):
 
     @extend_schema(request=CommitSerializer, responses=CommitResultSerializer)
     def post(self, request: Request, shard_id: str) -> Response:
+        if services.shard_get(shard_id, payload=False).type == ShardType.ADDITIVE:
+            if not isinstance(request.data, dict):
+                raise ApiError(400, "VALIDATION_ERROR", "Expected a JSON object.")
+            result = services.additive_commit(
+                actor=actor_of(request), shard_id=shard_id, body=request.data
+            )
+            return Response(result.as_dict())
         data = parsed(CommitSerializer, request.data)
         result = services.shard_commit(
             actor=actor_of(request),
@@ -125,7 +133,7 @@ class ShardCommitView(APIView):
             read_set=data["read_set"],
             approval_id=data.get("approval_id"),
         )
-        return Response(asdict(result))
+        return Response(result.as_dict())
 
 
 class ShardHistoryView(APIView):

@@ -1,0 +1,201 @@
+"""Additive shards on pycrdt: one Doc per shard with a root named ``value``.
+
+Storage is a snapshot on the shard row plus one ``CrdtUpdate`` row per applied
+operation, written in the transaction that acknowledges it; every so many
+updates the log is folded into the snapshot. The JSON value is kept in step from
+the operations themselves, so what a client sent is what it reads back (pycrdt
+would turn 1 into 1.0). Rewriting the whole Doc and value on every append made
+an append cost grow with the shard (7 ms at 500 items, 27 ms at 2,000: measured).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pycrdt
+
+from .errors import ApiError
+from .models import CrdtType
+
+ROOT = "value"
+_ROOT_TYPES = {CrdtType.MAP: pycrdt.Map, CrdtType.ARRAY: pycrdt.Array, CrdtType.TEXT: pycrdt.Text}
+_EMPTY = {CrdtType.MAP: dict, CrdtType.ARRAY: list, CrdtType.TEXT: str}
+
+
+@dataclass(frozen=True)
+class AdditiveOp:
+    kind: str  # "patch", "append" or "delta"
+    payload: Any
+
+    def as_json(self) -> dict[str, Any]:
+        return {{"patch": "new_value"}.get(self.kind, self.kind): self.payload}
+
+
+def unsupported(message: str) -> ApiError:
+    return ApiError(400, "UNSUPPORTED_DIFF", message)
+
+
+def initial_json(crdt_type: str, value: Any) -> Any:
+    """Checks an additive shard's initial value; None means empty."""
+    empty = _EMPTY[crdt_type]
+    if value is None:
+        return empty()
+    if not isinstance(value, empty):
+        raise ApiError(
+            400,
+            "VALIDATION_ERROR",
+            f"initial_value of a {crdt_type} shard must be {empty.__name__ if empty is not str else 'a string'}.",
+        )
+    return value
+
+
+def parse_op(crdt_type: str, body: dict[str, Any]) -> AdditiveOp:
+    """The commit body's intent for this shard type, or 400 UNSUPPORTED_DIFF."""
+    intents = {k for k in ("new_value", "append", "delta") if k in body}
+    expected = {CrdtType.MAP: "new_value", CrdtType.ARRAY: "append", CrdtType.TEXT: "delta"}[
+        crdt_type
+    ]
+    if intents != {expected}:
+        hints = {
+            CrdtType.MAP: 'a patch of top-level keys: {"new_value": {"key": value, "gone": null}}',
+            CrdtType.ARRAY: 'append intent: {"append": [item, ...]} (never a whole array)',
+            CrdtType.TEXT: 'a Quill/Yjs delta: {"delta": [{"retain": 5}, {"insert": "abc"}, {"delete": 2}]}',
+        }
+        raise unsupported(f"A {crdt_type} shard takes {hints[crdt_type]}.")
+    payload = body[expected]
+    if crdt_type == CrdtType.MAP:
+        if not isinstance(payload, dict) or not payload:
+            raise unsupported(
+                "new_value of a map shard must be a non-empty object of keys to set or null."
+            )
+        return AdditiveOp("patch", payload)
+    if crdt_type == CrdtType.ARRAY:
+        if not isinstance(payload, list) or not payload:
+            raise unsupported("append must be a non-empty list of items.")
+        return AdditiveOp("append", payload)
+    if not isinstance(payload, list) or not payload:
+        raise unsupported("delta must be a non-empty list of operations.")
+    for op in payload:
+        if not (isinstance(op, dict) and len(op) == 1):
+            raise unsupported(
+                f"Each delta operation has exactly one of retain/insert/delete: {op!r}."
+            )
+        ((name, arg),) = op.items()
+        if name == "insert":
+            if not isinstance(arg, str) or not arg:
+                raise unsupported("insert takes a non-empty string.")
+        elif name in ("retain", "delete"):
+            if not isinstance(arg, int) or isinstance(arg, bool) or arg < 1:
+                raise unsupported(f"{name} takes a positive integer.")
+        else:
+            raise unsupported(f"Unknown delta operation {name!r}.")
+    return AdditiveOp("delta", payload)
+
+
+def new_state(crdt_type: str, value: Any) -> bytes:
+    doc, root = load(crdt_type)
+    if crdt_type == CrdtType.MAP:
+        for key, item in value.items():
+            root[key] = item
+    elif crdt_type == CrdtType.ARRAY:
+        root.extend(value)
+    elif value:
+        root.insert(0, value)
+    return doc.get_update()
+
+
+def load(crdt_type: str, *updates: bytes) -> tuple[pycrdt.Doc, Any]:
+    """A Doc from a snapshot and the updates after it, with its root declared."""
+    doc = pycrdt.Doc()
+    for update in updates:
+        doc.apply_update(update)
+    doc[ROOT] = root = _ROOT_TYPES[crdt_type]()
+    return doc, root
+
+
+def apply_op(crdt_type: str, doc: pycrdt.Doc, value: Any, op: AdditiveOp) -> tuple[bytes, Any]:
+    """Applies one operation to the Doc (in place) and to a copy of the JSON value.
+
+    Returns the Doc update that the operation produced and the new value. Bounds
+    are checked before the Doc is touched, so a bad op changes nothing."""
+    root = doc[ROOT]
+    before = doc.get_state()
+    new_value = json_apply(value, op)  # raises on a bad delta before the Doc changes
+    if op.kind == "patch":
+        for key, item in op.payload.items():
+            if item is None:
+                if key in root:
+                    del root[key]
+            else:
+                root[key] = item
+    elif op.kind == "append":
+        root.extend(op.payload)
+    else:
+        _apply_delta(root, value, op.payload)
+    return doc.get_update(before), new_value
+
+
+def json_apply(value: Any, op: AdditiveOp) -> Any:
+    """The operation on the plain JSON value (a new object; the old one is shared)."""
+    if op.kind == "patch":
+        value = dict(value)
+        for key, item in op.payload.items():
+            if item is None:
+                value.pop(key, None)
+            else:
+                value[key] = item
+        return value
+    if op.kind == "append":
+        return [*value, *op.payload]
+    cursor, remaining = 0, len(value)
+    for step in op.payload:
+        ((name, arg),) = step.items()
+        if name in ("retain", "delete"):
+            if arg > remaining:
+                raise unsupported(f"{name} {arg} goes past the end of the text.")
+            remaining -= arg
+    for step in op.payload:
+        ((name, arg),) = step.items()
+        if name == "retain":
+            cursor += arg
+        elif name == "insert":
+            value = value[:cursor] + arg + value[cursor:]
+            cursor += len(arg)
+        else:
+            value = value[:cursor] + value[cursor + arg :]
+    return value
+
+
+def _apply_delta(text: pycrdt.Text, value: str, delta: list[dict[str, Any]]) -> None:
+    """Applies an already-checked delta to the Text, ``value`` being its text before."""
+    cursor = 0
+    for step in delta:
+        ((name, arg),) = step.items()
+        # Deltas count characters; pycrdt's Text indexes UTF-8 bytes.
+        at = len(value[:cursor].encode())
+        if name == "retain":
+            cursor += arg
+        elif name == "insert":
+            text.insert(at, arg)
+            value = value[:cursor] + arg + value[cursor:]
+            cursor += len(arg)
+        else:
+            del text[at : at + len(value[cursor : cursor + arg].encode())]
+            value = value[:cursor] + value[cursor + arg :]
+
+
+def state_json(crdt_type: str, *updates: bytes) -> Any:
+    """The Doc rendered as JSON, integral floats back to ints (for CRDT-side writers)."""
+    _, root = load(crdt_type, *updates)
+    return _ints(root.to_py() if crdt_type != CrdtType.TEXT else str(root))
+
+
+def _ints(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_ints(v) for v in value]
+    return value
