@@ -96,9 +96,6 @@ class CrdtUpdate(models.Model):
 
 
 class AuditQuerySet(models.QuerySet):
-    def for_shard(self, shard_id: str) -> AuditQuerySet:
-        return self.filter(shard_id=shard_id)
-
     def history_of(self, shard: Shard) -> AuditQuerySet:
         """Applied versions of this incarnation of the shard, oldest first."""
         return self.filter(

@@ -207,14 +207,16 @@ def shard_create(
 def shard_commit(
     *,
     actor: Actor,
-    shard_id: str,
+    shard: Shard,
     expected_version: int,
     new_value: Any,
     read_set: dict[str, int] | None = None,
     approval_id: str | None = None,
 ) -> CommitResult:
-    """Commit to a decision shard: exactly one commit wins per version."""
-    shard = shard_get(shard_id, payload=False)
+    """Commit to a decision shard: exactly one commit wins per version.
+    ``shard`` supplies the rules (``shard_get(..., payload=False)``); the version
+    check itself is against the database."""
+    shard_id = shard.id
     try:
         owner_check(shard, actor.agent_id)
         gate_check(shard, approval_id)
@@ -268,10 +270,10 @@ def shard_commit(
     raise rejection
 
 
-def additive_commit(*, actor: Actor, shard_id: str, body: dict[str, Any]) -> CommitResult:
+def additive_commit(*, actor: Actor, shard: Shard, body: dict[str, Any]) -> CommitResult:
     """Commit to an additive shard: merged, never compared against a version, so
     it can never be stale. Structurally separate from the OCC path."""
-    shard = shard_get(shard_id, payload=False)
+    shard_id = shard.id
     try:
         owner_check(shard, actor.agent_id)
         gate_check(shard, body.get("approval_id"))
@@ -344,7 +346,7 @@ def _audit_rejection(actor: Actor, shard_id: str, expected: int, error: ApiError
 
 def shard_delete(*, actor: Actor, shard_id: str) -> None:
     with audited_transaction() as audit:
-        shard = shard_get(shard_id)
+        shard = shard_get(shard_id, payload=False)
         shard.delete()
         audit.append(
             action=AuditAction.SHARD_DELETE,

@@ -117,17 +117,18 @@ class ShardCommitView(APIView):
 
     @extend_schema(request=CommitSerializer, responses=CommitResultSerializer)
     def post(self, request: Request, shard_id: str) -> Response:
-        if services.shard_get(shard_id, payload=False).type == ShardType.ADDITIVE:
+        shard = services.shard_get(shard_id, payload=False)
+        if shard.type == ShardType.ADDITIVE:
             if not isinstance(request.data, dict):
                 raise ApiError(400, "VALIDATION_ERROR", "Expected a JSON object.")
             result = services.additive_commit(
-                actor=actor_of(request), shard_id=shard_id, body=request.data
+                actor=actor_of(request), shard=shard, body=request.data
             )
             return Response(result.as_dict())
         data = parsed(CommitSerializer, request.data)
         result = services.shard_commit(
             actor=actor_of(request),
-            shard_id=shard_id,
+            shard=shard,
             expected_version=data["expected_version"],
             new_value=data["new_value"],
             read_set=data["read_set"],
@@ -141,7 +142,7 @@ class ShardHistoryView(APIView):
 
     @extend_schema(responses=HistoryEntrySerializer(many=True))
     def get(self, request: Request, shard_id: str) -> Response:
-        shard = services.shard_get(shard_id)
+        shard = services.shard_get(shard_id, payload=False)
         entries = AuditEntry.objects.history_of(shard)
         return Response([history_data(e) for e in entries])
 

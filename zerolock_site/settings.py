@@ -185,8 +185,6 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 3600.0,
     },
 }
-# Tests and `manage.py shell` without a worker: run tasks in-process.
-CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
 # --- Auth, API -------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
