@@ -18,7 +18,7 @@ from rest_framework.request import Request
 
 from .errors import ApiError
 from .models import ApiKey
-from .ratelimit import rate_limit_hit
+from .ratelimit import rate_limit_hit, rate_limited_error
 
 KEY_PREFIX = "zl_"
 AGENT_ID_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
@@ -85,13 +85,7 @@ def key_rate_check(request: Request, key: ApiKey) -> None:
     )
     attach_rate_state(request._request, state)
     if not state.allowed:
-        raise ApiError(
-            429,
-            "RATE_LIMITED",
-            f"Rate limit of {state.limit} requests per minute exceeded for this key; "
-            f"retry in {state.retry_after} s.",
-            retry_after=state.retry_after,
-        )
+        raise rate_limited_error(state, "this key")
 
 
 def shard_scope_check(principal: Principal, shard_id: str) -> None:

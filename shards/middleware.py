@@ -7,8 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from .errors import envelope
-from .ratelimit import RateState, rate_limit_hit
+from .ratelimit import RateState, rate_limit_hit, rate_limited_error
 
 
 def attach_rate_state(request: HttpRequest, state: RateState) -> None:
@@ -19,14 +18,7 @@ def attach_rate_state(request: HttpRequest, state: RateState) -> None:
 
 
 def rate_limited_response(state: RateState) -> JsonResponse:
-    response = JsonResponse(
-        envelope(
-            "RATE_LIMITED",
-            f"Rate limit of {state.limit} requests per minute exceeded; retry in {state.retry_after} s.",
-            retry_after=state.retry_after,
-        ),
-        status=429,
-    )
+    response = JsonResponse(rate_limited_error(state, "this address").envelope(), status=429)
     for name, value in state.headers().items():
         response[name] = value
     return response

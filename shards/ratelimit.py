@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from django.core.cache import cache
 
+from .errors import ApiError
+
 WINDOW_SECONDS = 60
 
 
@@ -67,3 +69,13 @@ def rate_limit_hit(*, identity: str, limit: int, now: float | None = None) -> Ra
         # Last minute's tail is what is over: wait until enough of it slides out.
         wait = WINDOW_SECONDS * (1 - (limit - 1 - current) / previous) - elapsed
     return RateState(limit, 0, reset, max(1, math.ceil(wait)))
+
+
+def rate_limited_error(state: RateState, who: str) -> ApiError:
+    return ApiError(
+        429,
+        "RATE_LIMITED",
+        f"Rate limit of {state.limit} requests per minute exceeded for {who}; "
+        f"retry in {state.retry_after} s.",
+        retry_after=state.retry_after,
+    )
