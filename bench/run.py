@@ -331,9 +331,13 @@ class Bench:
     # Each workload sets up its shards (not timed), then returns one loop per agent;
     # each loop runs until the deadline it is given.
 
-    async def uncontended(self, agents: int) -> list[AgentLoop]:
+    async def own_shards(self, agents: int) -> tuple[list[str], list[int]]:
+        """One decision shard per agent: their ids and starting versions."""
         ids = [f"b-{self.run}-{n}" for n in range(agents)]
-        versions = list(await asyncio.gather(*(self.create_shard(i) for i in ids)))
+        return ids, list(await asyncio.gather(*(self.create_shard(i) for i in ids)))
+
+    async def uncontended(self, agents: int) -> list[AgentLoop]:
+        ids, versions = await self.own_shards(agents)
 
         def loop(n: int) -> AgentLoop:
             async def run(deadline: float) -> None:
@@ -360,8 +364,7 @@ class Bench:
         return [loop(n) for n in range(agents)]
 
     async def mixed(self, agents: int) -> list[AgentLoop]:
-        ids = [f"b-{self.run}-{n}" for n in range(agents)]
-        versions = list(await asyncio.gather(*(self.create_shard(i) for i in ids)))
+        ids, versions = await self.own_shards(agents)
 
         def loop(n: int) -> AgentLoop:
             async def run(deadline: float) -> None:

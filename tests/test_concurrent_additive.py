@@ -167,3 +167,42 @@ def test_appends_acknowledged_before_a_sigkill_survive_a_restart(live_key):
     survivors = Counter(value)
     missing = [n for n in acknowledged if survivors[n] < acknowledged.count(n)]
     assert missing == []
+
+
+def test_two_server_processes_appending_to_one_shard_keep_one_document(live_key):
+    """Each process caches the Doc; the version check against the row must make
+    every process see the other's appends."""
+    shard_id = f"shared-{uuid.uuid4().hex[:8]}"
+    servers = [start_server(server_env()), start_server(server_env())]
+    try:
+        urls = [url for _, url in servers]
+        create(urls[0], live_key, shard_id, "array")
+
+        async def appender(n: int) -> list[int]:
+            statuses = []
+            async with httpx.AsyncClient(timeout=60) as client:
+                for i in range(30):
+                    url = urls[(n + i) % 2]  # alternate processes on every append
+                    response = await client.post(
+                        f"{url}/api/shards/{shard_id}/commit",
+                        json={"append": [[n, i]]},
+                        headers=headers(live_key, f"agent-{n}"),
+                    )
+                    statuses.append(response.status_code)
+            return statuses
+
+        async def run() -> list[list[int]]:
+            return await asyncio.gather(*(appender(n) for n in range(10)))
+
+        statuses = [s for per_agent in asyncio.run(run()) for s in per_agent]
+        assert Counter(statuses) == {200: 300}
+        seen = [
+            httpx.get(f"{url}/api/shards/{shard_id}", headers=headers(live_key, "x")).json()
+            for url in urls
+        ]
+    finally:
+        for proc, _ in servers:
+            stop_server(proc)
+    assert seen[0] == seen[1]
+    assert seen[0]["version"] == 301
+    assert sorted(map(tuple, seen[0]["value"])) == [(n, i) for n in range(10) for i in range(30)]
