@@ -36,10 +36,24 @@ def load(shard_id: str, crdt_type: str, version: int) -> Loaded:
         cached = _cache.get(shard_id)
     if cached is not None and cached.version == version:
         return cached
-    # Only a miss pays for the snapshot and the value (both grow with the shard).
+    loaded = read(shard_id, crdt_type, version)
+    remember(shard_id, loaded)
+    return loaded
+
+
+def read(shard_id: str, crdt_type: str, version: int | None = None) -> Loaded:
+    """Built from the database, never cached: a Doc no other thread holds.
+
+    At ``version``, or at the row's current version when that is None or when a
+    compaction has already folded ``version`` into the snapshot."""
+    # Only a cache miss pays for the snapshot and the value (both grow with the shard).
     snapshot = (
-        Shard.objects.filter(pk=shard_id).values("crdt_state", "crdt_state_version", "value").get()
+        Shard.objects.filter(pk=shard_id)
+        .values("crdt_state", "crdt_state_version", "value", "version")
+        .get()
     )
+    if version is None or version < snapshot["crdt_state_version"]:
+        version = snapshot["version"]
     updates = list(
         CrdtUpdate.objects.filter(
             shard_id=shard_id, version__gt=snapshot["crdt_state_version"], version__lte=version
@@ -50,12 +64,14 @@ def load(shard_id: str, crdt_type: str, version: int) -> Loaded:
     if len(updates) != version - snapshot["crdt_state_version"]:
         raise RuntimeError(f"update log of {shard_id} has a gap")
     doc, _ = crdt.load(crdt_type, bytes(snapshot["crdt_state"]), *(bytes(u) for u, _ in updates))
-    value = snapshot["value"]
-    for _, op in updates:
-        value = crdt.json_apply(value, crdt.parse_op(crdt_type, op))
-    loaded = Loaded(version, doc, value)
-    remember(shard_id, loaded)
-    return loaded
+    if any(crdt.YJS_OP in op for _, op in updates):
+        # A Yjs client's update has no JSON form to replay: render the Doc.
+        value = crdt.render(crdt_type, doc)
+    else:
+        value = snapshot["value"]
+        for _, op in updates:
+            value = crdt.json_apply(value, crdt.parse_op(crdt_type, op))
+    return Loaded(version, doc, value)
 
 
 def remember(shard_id: str, loaded: Loaded) -> None:

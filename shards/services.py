@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,7 +15,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import crdt, crdt_store
+from . import crdt, crdt_store, push
 from .audit import AuditWriter, audited_transaction
 from .auth import generate_raw_key
 from .deliveries import recorder
@@ -273,14 +274,53 @@ def shard_commit(
 def additive_commit(*, actor: Actor, shard: Shard, body: dict[str, Any]) -> CommitResult:
     """Commit to an additive shard: merged, never compared against a version, so
     it can never be stale. Structurally separate from the OCC path."""
-    shard_id = shard.id
+    _additive_rules_check(actor, shard, body.get("approval_id"))
+    op = crdt.parse_op(shard.crdt_type, body)
+
+    def change(doc: Any, value: Any) -> tuple[bytes, Any]:
+        return crdt.apply_op(shard.crdt_type, doc, value, op)
+
+    result = _additive_apply(actor=actor, shard=shard, change=change, op_json=op.as_json())
+    assert result is not None  # a parsed op always changes the Doc
+    return result
+
+
+def additive_update_apply(
+    *, actor: Actor, shard: Shard, update: bytes, origin: str = ""
+) -> CommitResult | None:
+    """A Yjs update from a CRDT client on /ws/crdt/: merged, persisted, versioned and
+    audited like a REST commit. None when it held nothing the shard lacked."""
+    if crdt.is_empty_update(update):
+        return None
+    _additive_rules_check(actor, shard, None)
+
+    def change(doc: Any, value: Any) -> tuple[bytes | None, Any]:
+        return crdt.apply_update(shard.crdt_type, doc, update)
+
+    return _additive_apply(actor=actor, shard=shard, change=change, op_json=None, origin=origin)
+
+
+def _additive_rules_check(actor: Actor, shard: Shard, approval_id: str | None) -> None:
     try:
         owner_check(shard, actor.agent_id)
-        gate_check(shard, body.get("approval_id"))
+        gate_check(shard, approval_id)
     except ApiError as refusal:
-        _audit_rejection(actor, shard_id, shard.version, refusal)
+        _audit_rejection(actor, shard.id, shard.version, refusal)
         raise
-    op = crdt.parse_op(shard.crdt_type, body)
+
+
+def _additive_apply(
+    *,
+    actor: Actor,
+    shard: Shard,
+    change: Callable[[Any, Any], tuple[bytes | None, Any]],
+    op_json: dict[str, Any] | None,
+    origin: str = "",
+) -> CommitResult | None:
+    """The CRDT merge: one change applied to the shard's Doc under the write lock,
+    its update logged in the acknowledging transaction, then pushed to Yjs clients.
+    ``op_json`` None means a raw Yjs update (logged as such)."""
+    shard_id = shard.id
     with audited_transaction() as audit:
         # Re-read under the write lock: the database is the only truth.
         row = Shard.objects.filter(pk=shard_id).values("version", "crdt_state_version").first()
@@ -288,12 +328,14 @@ def additive_commit(*, actor: Actor, shard: Shard, body: dict[str, Any]) -> Comm
             raise ApiError(404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id)
         loaded = crdt_store.load(shard_id, shard.crdt_type, row["version"])
         crdt_store.forget(shard_id)  # the Doc changes in place below; re-cached on commit
-        update, value = crdt.apply_op(shard.crdt_type, loaded.doc, loaded.value, op)
+        update, value = change(loaded.doc, loaded.value)
+        if update is None:
+            return None  # left uncached: the Doc may hold the update's pending parts
         value_validate(shard.value_schema, value)
+        if op_json is None:
+            op_json = crdt.yjs_op(update)
         version = row["version"] + 1
-        CrdtUpdate.objects.create(
-            shard_id=shard_id, version=version, update=update, op=op.as_json()
-        )
+        CrdtUpdate.objects.create(shard_id=shard_id, version=version, update=update, op=op_json)
         fields: dict[str, Any] = {
             "version": version,
             "updated_by": actor.agent_id,
@@ -311,11 +353,16 @@ def additive_commit(*, actor: Actor, shard: Shard, body: dict[str, Any]) -> Comm
             shard_id=shard_id,
             version_before=version - 1,
             version_after=version,
-            value=op.as_json(),
+            value=op_json,
             details={"crdt_type": shard.crdt_type},
         )
         fresh = crdt_store.Loaded(version, loaded.doc, value)
-        transaction.on_commit(lambda: crdt_store.remember(shard_id, fresh))
+
+        def after_commit() -> None:
+            crdt_store.remember(shard_id, fresh)
+            push.crdt_update_push(shard_id=shard_id, update=update, origin=origin)
+
+        transaction.on_commit(after_commit)
     return CommitResult(version, value, entry.pk)
 
 
@@ -323,7 +370,9 @@ def shard_current_value(shard: Shard) -> Any:
     """A shard's value as of its row: additive shards replay their update log."""
     if shard.type != ShardType.ADDITIVE:
         return shard.value
-    return crdt_store.load(shard.id, shard.crdt_type, shard.version).value
+    loaded = crdt_store.load(shard.id, shard.crdt_type, shard.version)
+    shard.version = loaded.version  # newer if a compaction overtook this read
+    return loaded.value
 
 
 def _append_rejection(

@@ -11,6 +11,7 @@ from django.contrib.staticfiles.handlers import StaticFilesHandler  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from shards.consumers import AgentConsumer  # noqa: E402
+from shards.yjs import ShardYjsConsumer  # noqa: E402
 
 from .wsgi_bridge import PooledWsgiToAsgi  # noqa: E402
 
@@ -23,6 +24,11 @@ application = ProtocolTypeRouter(
         ),
         # Agents authenticate with their API key, not a cookie, so there is no
         # cross-site risk to guard with an Origin check here.
-        "websocket": URLRouter([path("ws/agents/", AgentConsumer.as_asgi())]),
+        "websocket": URLRouter(
+            [
+                path("ws/agents/", AgentConsumer.as_asgi()),
+                path("ws/crdt/<str:shard_id>", ShardYjsConsumer.as_asgi()),
+            ]
+        ),
     }
 )

@@ -18,6 +18,8 @@ from typing import Any
 
 from asgiref.wsgi import WsgiToAsgiInstance
 
+from shards import push
+
 
 class PooledWsgiToAsgi:
     def __init__(self, wsgi_application: Any, threads: int) -> None:
@@ -27,6 +29,7 @@ class PooledWsgiToAsgi:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             return
+        push.bind_loop()  # services on the pool threads push through this loop
         with SpooledTemporaryFile(max_size=65536) as body:
             while True:
                 message = await receive()

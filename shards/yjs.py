@@ -1,0 +1,200 @@
+"""Yjs sync for additive shards, /ws/crdt/{shard_id} (DESIGN.md section 4.2).
+
+pycrdt-websocket's Channels consumer speaks the protocol; this subclass adds
+what a shared server needs: the API key, the shard's rules, and the database as
+the only copy of the document. The consumer keeps no Doc of its own: sync
+step 1 is answered from the stored state, every update a client sends goes
+through ``additive_update_apply`` (persisted, versioned, audited, pushed to the
+shard's other clients), and REST commits arrive as ``crdt.update`` messages.
+
+A refusal is a JSON error frame (the API's envelope) followed by a close code,
+because Daphne does not pass close reasons on: 4400 bad input or not an additive
+shard, 4401 bad key, 4403 not allowed, 4404 no such shard.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from pycrdt import (
+    Decoder,
+    Doc,
+    YMessageType,
+    YSyncMessageType,
+    create_update_message,
+    handle_sync_message,
+)
+from pycrdt.websocket.django_channels_consumer import YjsConsumer, _WebsocketShim
+
+from . import crdt, crdt_store, push
+from .auth import AGENT_ID_RE, key_from_raw, split_raw_key
+from .consumers import raw_key_of
+from .errors import ApiError
+from .keywatch import key_watch
+from .models import ApiKeyPermission, Shard, ShardType
+from .services import Actor, additive_update_apply, audit_auth_failure
+
+CLOSE_CODES = {400: 4400, 401: 4401, 403: 4403, 404: 4404}
+
+
+def agent_id_of(scope: dict[str, Any]) -> str:
+    for name, value in scope.get("headers", []):
+        if name == b"x-agent-id":
+            return value.decode("latin1").strip()
+    query = parse_qs(scope.get("query_string", b"").decode("latin1"))
+    return query.get("agent_id", [""])[0].strip()
+
+
+def yjs_open(*, raw_key: str, agent_id: str, shard_id: str, path: str) -> tuple[Any, Shard, Doc]:
+    """Who is connecting and to what, or ApiError; plus the Doc as stored now."""
+    try:
+        key = key_from_raw(raw_key)
+    except ApiError as exc:
+        audit_auth_failure(
+            reason=exc.code, key_prefix=(split_raw_key(raw_key) or ("",))[0], path=path
+        )
+        raise
+    if agent_id and not AGENT_ID_RE.match(agent_id):
+        raise ApiError(400, "VALIDATION_ERROR", "agent_id: 1-128 chars of [A-Za-z0-9_.:@-].")
+    if agent_id and not key.allows_agent(agent_id):
+        raise ApiError(403, "AGENT_NOT_ALLOWED", f"This key may not act as agent {agent_id!r}.")
+    if not key.has_permission(ApiKeyPermission.SHARD_READ):
+        raise ApiError(403, "PERMISSION_DENIED", "This key lacks the 'shard:read' permission.")
+    if not key.allows_shard(shard_id):
+        raise ApiError(403, "PERMISSION_DENIED", f"This key may not touch shard {shard_id!r}.")
+    shard = Shard.objects.without_payload().filter(pk=shard_id).first()
+    if shard is None:
+        raise ApiError(404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id)
+    if shard.type != ShardType.ADDITIVE:
+        raise ApiError(
+            400,
+            "NOT_ADDITIVE",
+            f"Shard {shard_id!r} is a {shard.type} shard: only additive shards sync over "
+            "/ws/crdt/; commit to it with POST /api/shards/{id}/commit.",
+            shard_id=shard_id,
+        )
+    return key, shard, stored_doc(shard)
+
+
+def stored_doc(shard: Shard) -> Doc:
+    """The shard's Doc as stored now, a private copy (cached Docs are shared)."""
+    try:
+        return crdt_store.read(shard.pk, shard.crdt_type).doc
+    except Shard.DoesNotExist:
+        raise ApiError(
+            404, "SHARD_NOT_FOUND", f"No shard {shard.pk!r}.", shard_id=shard.pk
+        ) from None
+
+
+class ShardYjsConsumer(YjsConsumer):
+    key = None
+    shard: Shard | None = None
+    agent_id = ""
+
+    def make_room_name(self) -> str:
+        return push.group_name("crdt", self.scope["url_route"]["kwargs"]["shard_id"])
+
+    async def make_ydoc(self) -> Doc:
+        return self._opened_doc
+
+    def _make_websocket_shim(self, path: str) -> _WebsocketShim:
+        # The stock consumer sends its sync step 1 to the whole room; ours goes to
+        # this client only.
+        return _WebsocketShim(path, self._send_bytes)
+
+    async def _send_bytes(self, message: bytes) -> None:
+        await self.send(bytes_data=message)
+
+    async def connect(self) -> None:
+        push.bind_loop()
+        self.agent_id = agent_id_of(self.scope)
+        try:
+            self.key, self.shard, self._opened_doc = await database_sync_to_async(yjs_open)(
+                raw_key=raw_key_of(self.scope),
+                agent_id=self.agent_id,
+                shard_id=self.scope["url_route"]["kwargs"]["shard_id"],
+                path=self.scope["path"],
+            )
+        except ApiError as refusal:
+            await self.accept()
+            await self.refuse(refusal)
+            return
+        key_watch.register(self.key.prefix, self)
+        await super().connect()
+        self._opened_doc = None
+
+    async def disconnect(self, code: int) -> None:
+        if self.key is not None:
+            key_watch.unregister(self.key.prefix, self)
+        if self.room_name is not None:
+            await super().disconnect(code)
+
+    async def refuse(self, error: ApiError) -> None:
+        await self.send(text_data=json.dumps(error.envelope()))
+        await self.close(code=CLOSE_CODES.get(error.status, 4400))
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.shard is None:
+            return
+        try:
+            await self._receive(bytes_data)
+        except ApiError as error:
+            await self.refuse(error)
+
+    async def _receive(self, message: bytes | None) -> None:
+        if not message:
+            raise ApiError(400, "MALFORMED_UPDATE", "/ws/crdt/ takes binary Yjs messages.")
+        if message[0] == YMessageType.AWARENESS:
+            # Presence (cursors, names): relayed, never stored.
+            await self.channel_layer.group_send(
+                self.room_name,
+                {"type": "crdt.relay", "message": message, "origin": self.channel_name},
+            )
+            return
+        if message[0] != YMessageType.SYNC or len(message) < 2:
+            raise ApiError(400, "MALFORMED_UPDATE", f"Unknown Yjs message type {message[0]}.")
+        if message[1] == YSyncMessageType.SYNC_STEP1:
+            doc = await database_sync_to_async(stored_doc)(self.shard)
+            try:
+                reply = handle_sync_message(message[1:], doc)
+            except (ValueError, RuntimeError, IndexError) as exc:
+                raise ApiError(400, "MALFORMED_UPDATE", f"Bad sync step 1: {exc}") from exc
+            if reply is not None:
+                await self.send(bytes_data=reply)
+            return
+        if message[1] not in (YSyncMessageType.SYNC_STEP2, YSyncMessageType.SYNC_UPDATE):
+            raise ApiError(400, "MALFORMED_UPDATE", f"Unknown sync message type {message[1]}.")
+        try:
+            update = Decoder(message[2:]).read_message()
+        except (ValueError, RuntimeError, IndexError) as exc:
+            raise ApiError(400, "MALFORMED_UPDATE", f"Cannot read the update: {exc}") from exc
+        if update is None:
+            raise ApiError(400, "MALFORMED_UPDATE", "The update message is truncated.")
+        await database_sync_to_async(self._apply)(update)
+
+    def _apply(self, update: bytes) -> None:
+        if crdt.is_empty_update(update):
+            return
+        if not self.key.has_permission(ApiKeyPermission.SHARD_WRITE):
+            raise ApiError(403, "PERMISSION_DENIED", "This key lacks the 'shard:write' permission.")
+        if not self.agent_id:
+            raise ApiError(
+                400, "AGENT_ID_REQUIRED", "Writes need X-Agent-Id (or ?agent_id=) on connect."
+            )
+        additive_update_apply(
+            actor=Actor(agent_id=self.agent_id, key_prefix=self.key.prefix),
+            shard=self.shard,
+            update=update,
+            origin=self.channel_name,
+        )
+
+    async def crdt_update(self, event: dict[str, Any]) -> None:
+        if event.get("origin") != self.channel_name:
+            await self.send(bytes_data=create_update_message(event["update"]))
+
+    async def crdt_relay(self, event: dict[str, Any]) -> None:
+        if event.get("origin") != self.channel_name:
+            await self.send(bytes_data=event["message"])
