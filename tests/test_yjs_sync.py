@@ -274,31 +274,31 @@ def test_an_unmodified_pycrdt_client_syncs_a_shard_through_a_live_server(live_se
     async def scenario() -> None:
         doc = pycrdt.Doc()
         text = doc.get("value", type=pycrdt.Text)
-        async with aconnect_ws(
-            ws_url, headers={"X-API-Key": key, "X-Agent-Id": "yjs-editor"}
-        ) as ws:
-            async with pycrdt.Provider(doc, HttpxWebsocket(ws, "shared-text")) as provider:
-                await provider.synced.wait()
-                await until(lambda: str(text) == "Hello", "the stored text")
-                # A REST commit reaches the client at once...
-                response = await asyncio.to_thread(
-                    api.post,
-                    "/api/shards/shared-text/commit",
-                    json={"delta": [{"retain": 5}, {"insert": ", world"}]},
-                )
-                assert response.status_code == 200
-                await until(lambda: str(text) == "Hello, world", "the REST commit")
-                # ...and the client's own edit shows in the REST API.
-                text.insert(0, ">> ")
+        async with (
+            aconnect_ws(ws_url, headers={"X-API-Key": key, "X-Agent-Id": "yjs-editor"}) as ws,
+            pycrdt.Provider(doc, HttpxWebsocket(ws, "shared-text")) as provider,
+        ):
+            await provider.synced.wait()
+            await until(lambda: str(text) == "Hello", "the stored text")
+            # A REST commit reaches the client at once...
+            response = await asyncio.to_thread(
+                api.post,
+                "/api/shards/shared-text/commit",
+                json={"delta": [{"retain": 5}, {"insert": ", world"}]},
+            )
+            assert response.status_code == 200
+            await until(lambda: str(text) == "Hello, world", "the REST commit")
+            # ...and the client's own edit shows in the REST API.
+            text.insert(0, ">> ")
 
-                def stored() -> str:
-                    return api.get("/api/shards/shared-text").json()["value"]
+            def stored() -> str:
+                return api.get("/api/shards/shared-text").json()["value"]
 
-                for _ in range(100):
-                    if await asyncio.to_thread(stored) == ">> Hello, world":
-                        break
-                    await asyncio.sleep(0.05)
-                assert await asyncio.to_thread(stored) == ">> Hello, world"
+            for _ in range(100):
+                if await asyncio.to_thread(stored) == ">> Hello, world":
+                    break
+                await asyncio.sleep(0.05)
+            assert await asyncio.to_thread(stored) == ">> Hello, world"
 
     asyncio.run(scenario())
     shard = api.get("/api/shards/shared-text").json()
