@@ -1,2 +1,143 @@
-# Approval requests arrive with the approval-gate feature; until then every
-# commit to an irreversible shard is refused with APPROVAL_REQUIRED.
+"""Approval requests for irreversible changes (DESIGN.md section 5)."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime
+
+from django.db import models
+from django.utils import timezone
+
+
+def new_approval_id() -> str:
+    return f"apr_{secrets.token_hex(12)}"
+
+
+class ApprovalStatus(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    COMMITTED = "committed"
+
+
+class ApprovalQuerySet(models.QuerySet):
+    def pending(self, now: datetime | None = None) -> ApprovalQuerySet:
+        """Awaiting a decision: pending and not past the deadline (whether or not
+        the expiry task has run yet)."""
+        return self.filter(status=ApprovalStatus.PENDING, expires_at__gt=now or timezone.now())
+
+    def due(self, now: datetime | None = None) -> ApprovalQuerySet:
+        """Still marked pending but past the deadline: to be marked expired."""
+        return self.filter(status=ApprovalStatus.PENDING, expires_at__lte=now or timezone.now())
+
+    def with_status(self, status: str) -> ApprovalQuerySet:
+        """By effective status: an overdue pending approval counts as expired."""
+        if status == ApprovalStatus.PENDING:
+            return self.pending()
+        if status == ApprovalStatus.EXPIRED:
+            return self.filter(
+                models.Q(status=ApprovalStatus.EXPIRED)
+                | models.Q(status=ApprovalStatus.PENDING, expires_at__lte=timezone.now())
+            )
+        return self.filter(status=status)
+
+    def within_scopes(self, prefixes: list[str]) -> ApprovalQuerySet:
+        """Approvals on shards a key scoped to these prefixes may see."""
+        if not prefixes:
+            return self
+        scope = models.Q()
+        for prefix in prefixes:
+            scope |= models.Q(shard_id__startswith=prefix)
+        return self.filter(scope)
+
+    def newest_first(self) -> ApprovalQuerySet:
+        return self.order_by("-created_at", "-id")
+
+    def matching(
+        self,
+        *,
+        status: str = "",
+        shard_id: str = "",
+        requested_by: str = "",
+        decided_by: str = "",
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> ApprovalQuerySet:
+        """The list and history filters; empty means any."""
+        approvals = self.with_status(status) if status else self
+        if shard_id:
+            approvals = approvals.filter(shard_id=shard_id)
+        if requested_by:
+            approvals = approvals.filter(requested_by=requested_by)
+        if decided_by:
+            approvals = approvals.filter(decisions__decider=decided_by).distinct()
+        if since:
+            approvals = approvals.filter(created_at__gte=since)
+        if until:
+            approvals = approvals.filter(created_at__lt=until)
+        return approvals
+
+
+class Approval(models.Model):
+    id = models.CharField(primary_key=True, max_length=40, default=new_approval_id)
+    shard_id = models.CharField(max_length=128, db_index=True)
+    status = models.CharField(
+        max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING
+    )
+    description = models.TextField()
+    requested_by = models.CharField(max_length=128, db_index=True)
+    requested_key_prefix = models.CharField(max_length=16, blank=True)
+    proposed_value = models.JSONField(null=True)
+    # SHA-256 of the canonical JSON: a commit carrying this approval must match it.
+    proposed_hash = models.CharField(max_length=64)
+    expected_version = models.PositiveBigIntegerField()
+    value_at_request = models.JSONField(null=True)
+    version_at_request = models.PositiveBigIntegerField()
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    expires_at = models.DateTimeField(db_index=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.CharField(max_length=160, blank=True)
+    reason = models.TextField(blank=True)
+    # {"version", "audit_entry_id"} once applied, or {"error": "STALE_VERSION", ...}.
+    commit = models.JSONField(null=True, blank=True)
+
+    objects = ApprovalQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        permissions = [("decide_approval", "Can approve or reject approval requests")]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.status})"
+
+    def is_expired(self, now: datetime | None = None) -> bool:
+        return self.expires_at <= (now or timezone.now())
+
+    @property
+    def effective_status(self) -> str:
+        """What the status is now, even before the expiry task has marked it."""
+        if self.status == ApprovalStatus.PENDING and self.is_expired():
+            return ApprovalStatus.EXPIRED
+        return self.status
+
+
+class ApprovalDecision(models.Model):
+    """One person's (or agent's) approve or reject: quorum counts distinct deciders."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="decisions")
+    decider = models.CharField(max_length=160)  # "user:alice" or "agent:reviewer-1"
+    key_prefix = models.CharField(max_length=16, blank=True)
+    approve = models.BooleanField()
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["approval", "decider"], name="one_decision_per_decider")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.decider} {'approved' if self.approve else 'rejected'} {self.approval_id}"

@@ -57,6 +57,8 @@ class Shard(models.Model):
     )
     owners = models.JSONField(default=list, blank=True)
     reversible = models.BooleanField(default=True)
+    # How many distinct people must approve a change before it applies (quorum).
+    approvals_required = models.PositiveSmallIntegerField(default=1)
     value_schema = models.JSONField(null=True, blank=True)
     value = models.JSONField(null=True, blank=True)
     version = models.PositiveBigIntegerField(default=1)
@@ -117,6 +119,12 @@ class AuditAction(models.TextChoices):
     KEY_REVOKE = "key.revoke"
     KEY_CHANGE = "key.change"
     AUTH_FAILURE = "auth.failure"
+    APPROVAL_REQUESTED = "approval.requested"
+    APPROVAL_APPROVED = "approval.approved"
+    APPROVAL_REJECTED = "approval.rejected"
+    APPROVAL_EXPIRED = "approval.expired"
+    APPROVAL_COMMITTED = "approval.committed"
+    APPROVAL_COMMIT_FAILED = "approval.commit_failed"
 
 
 class AuditEntry(models.Model):

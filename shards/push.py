@@ -20,6 +20,8 @@ from channels.layers import get_channel_layer
 
 logger = logging.getLogger(__name__)
 _loop: asyncio.AbstractEventLoop | None = None
+# The live pages (console, dashboards) all listen on this one group.
+LIVE_GROUP = "live"
 
 
 def bind_loop() -> None:

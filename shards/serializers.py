@@ -23,6 +23,9 @@ class ShardCreateSerializer(serializers.Serializer):
     crdt_type = serializers.ChoiceField(choices=CrdtType.choices, required=False, allow_null=True)
     initial_value = serializers.JSONField(required=False, allow_null=True, default=None)
     reversible = serializers.BooleanField(required=False, default=True)
+    approvals_required = serializers.IntegerField(
+        required=False, default=1, min_value=1, max_value=10
+    )
     value_schema = serializers.JSONField(required=False, allow_null=True, default=None)
     owner_policy = serializers.ChoiceField(
         choices=OwnerPolicy.choices, required=False, default=OwnerPolicy.SINGLE_WRITER
@@ -60,6 +63,7 @@ class ShardSerializer(serializers.ModelSerializer):
             "owner_policy",
             "owners",
             "reversible",
+            "approvals_required",
             "value_schema",
             "value",
             "version",
@@ -143,6 +147,7 @@ def shard_data(shard: Shard) -> dict[str, Any]:
         "owner_policy": shard.owner_policy,
         "owners": shard.owners,
         "reversible": shard.reversible,
+        "approvals_required": shard.approvals_required,
         "value_schema": shard.value_schema,
         "value": shard.value,
         "version": shard.version,

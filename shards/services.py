@@ -15,6 +15,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from approvals.gate import approval_consume, approval_verify
+
 from . import crdt, crdt_store, push
 from .audit import AuditWriter, audited_transaction
 from .auth import generate_raw_key
@@ -81,11 +83,34 @@ def value_validate(schema: Any, value: Any) -> None:
         )
 
 
-def gate_check(shard: Shard, approval_id: str | None) -> None:
-    """Irreversible shards accept no direct commit; the write is not held anywhere."""
-    if shard.reversible:
+def gate_check(
+    shard: Shard,
+    approval_id: str | None,
+    *,
+    agent_id: str = "",
+    expected_version: int | None = None,
+    new_value: Any = None,
+) -> None:
+    """Irreversible shards take a commit only with a matching, approved, unused
+    approval (checked here before anything is attempted; the single use again in
+    the commit's transaction). A refused write is not held anywhere."""
+    if approval_id:
+        if expected_version is None:
+            raise ApiError(
+                403,
+                "APPROVAL_INVALID",
+                "Approvals apply to decision shards only.",
+                reason="NOT_APPLICABLE",
+            )
+        approval_verify(
+            approval_id=approval_id,
+            shard_id=shard.id,
+            agent_id=agent_id,
+            expected_version=expected_version,
+            new_value=new_value,
+        )
         return
-    if not approval_id:
+    if not shard.reversible:
         raise ApiError(
             403,
             "APPROVAL_REQUIRED",
@@ -93,9 +118,6 @@ def gate_check(shard: Shard, approval_id: str | None) -> None:
             "(POST /api/approvals/request).",
             shard_id=shard.id,
         )
-    raise ApiError(
-        403, "APPROVAL_INVALID", f"No usable approval {approval_id!r}.", reason="NOT_FOUND"
-    )
 
 
 def owner_check(shard: Shard, agent_id: str) -> None:
@@ -155,6 +177,7 @@ def shard_create(
     crdt_type: str | None = None,
     initial_value: Any = None,
     reversible: bool = True,
+    approvals_required: int = 1,
     value_schema: Any = None,
     owner_policy: str = OwnerPolicy.SINGLE_WRITER,
     owners: list[str] | None = None,
@@ -184,6 +207,7 @@ def shard_create(
             owner_policy=owner_policy,
             owners=owners or [],
             reversible=reversible,
+            approvals_required=approvals_required,
             value_schema=value_schema,
             value=initial_value,
             crdt_state=crdt_state,
@@ -220,7 +244,13 @@ def shard_commit(
     shard_id = shard.id
     try:
         owner_check(shard, actor.agent_id)
-        gate_check(shard, approval_id)
+        gate_check(
+            shard,
+            approval_id,
+            agent_id=actor.agent_id,
+            expected_version=expected_version,
+            new_value=new_value,
+        )
     except ApiError as refusal:
         _audit_rejection(actor, shard_id, expected_version, refusal)
         raise
@@ -250,7 +280,18 @@ def shard_commit(
                 version_before=expected_version,
                 version_after=expected_version + 1,
                 value=new_value,
+                details={"approval_id": approval_id} if approval_id else None,
             )
+            if approval_id:
+                commit = {"version": expected_version + 1, "audit_entry_id": entry.pk}
+                approval_consume(approval_id=approval_id, commit=commit)
+                audit.append(
+                    action=AuditAction.APPROVAL_COMMITTED,
+                    agent_id=actor.agent_id,
+                    key_prefix=actor.key_prefix,
+                    shard_id=shard_id,
+                    details={"approval_id": approval_id, **commit},
+                )
             return CommitResult(expected_version + 1, new_value, entry.pk)
         else:
             current = Shard.objects.filter(pk=shard_id).values("version", "value").first()

@@ -91,6 +91,7 @@ class ShardListView(APIView):
             crdt_type=data.get("crdt_type"),
             initial_value=data["initial_value"],
             reversible=data["reversible"],
+            approvals_required=data["approvals_required"],
             value_schema=data["value_schema"],
             owner_policy=data["owner_policy"],
             owners=data["owners"],

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from pycrdt import (
@@ -31,21 +30,13 @@ from pycrdt.websocket.django_channels_consumer import YjsConsumer, _WebsocketShi
 
 from . import crdt, crdt_store, push
 from .auth import AGENT_ID_RE, key_from_raw, split_raw_key
-from .consumers import raw_key_of
+from .consumers import agent_id_of, raw_key_of
 from .errors import ApiError
 from .keywatch import key_watch
 from .models import ApiKeyPermission, Shard, ShardType
 from .services import Actor, additive_update_apply, audit_auth_failure
 
 CLOSE_CODES = {400: 4400, 401: 4401, 403: 4403, 404: 4404}
-
-
-def agent_id_of(scope: dict[str, Any]) -> str:
-    for name, value in scope.get("headers", []):
-        if name == b"x-agent-id":
-            return value.decode("latin1").strip()
-    query = parse_qs(scope.get("query_string", b"").decode("latin1"))
-    return query.get("agent_id", [""])[0].strip()
 
 
 def yjs_open(*, raw_key: str, agent_id: str, shard_id: str, path: str) -> tuple[Any, Shard, Doc]:

@@ -5,12 +5,14 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zerolock_site.settings")
 django_wsgi_app = get_wsgi_application()
 
+from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import StaticFilesHandler  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from shards.consumers import AgentConsumer  # noqa: E402
+from shards.consumers import AgentConsumer, LiveConsumer  # noqa: E402
 from shards.yjs import ShardYjsConsumer  # noqa: E402
 
 from .wsgi_bridge import PooledWsgiToAsgi  # noqa: E402
@@ -23,11 +25,17 @@ application = ProtocolTypeRouter(
             StaticFilesHandler(django_wsgi_app), threads=settings.ZEROLOCK_HTTP_THREADS
         ),
         # Agents authenticate with their API key, not a cookie, so there is no
-        # cross-site risk to guard with an Origin check here.
+        # cross-site risk to guard with an Origin check on their sockets.
         "websocket": URLRouter(
             [
                 path("ws/agents/", AgentConsumer.as_asgi()),
                 path("ws/crdt/<str:shard_id>", ShardYjsConsumer.as_asgi()),
+                # The pages' socket rides on the login session (a cookie), so a
+                # page from another site must not be able to open it.
+                path(
+                    "ws/live/",
+                    AllowedHostsOriginValidator(AuthMiddlewareStack(LiveConsumer.as_asgi())),
+                ),
             ]
         ),
     }

@@ -180,6 +180,11 @@ else:
         "control_folder": str(_broker_dir / "control"),
     }
 CELERY_BEAT_SCHEDULE = {
+    # The decision endpoints check the clock themselves; this marks and notifies.
+    "expire-approvals": {
+        "task": "approvals.tasks.expire_approvals",
+        "schedule": 2.0,
+    },
     "prune-delivery-log": {
         "task": "shards.tasks.prune_delivery_log",
         "schedule": 3600.0,
@@ -190,7 +195,8 @@ CELERY_BEAT_SCHEDULE = {
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/console/"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["shards.auth.ApiKeyAuthentication"],

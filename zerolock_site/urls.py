@@ -6,4 +6,7 @@ urlpatterns = [
     path("", TemplateView.as_view(template_name="home.html"), name="home"),
     path("admin/", admin.site.urls),
     path("api/", include("shards.urls")),
+    path("api/", include("approvals.urls")),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("console/", include("approvals.console_urls")),
 ]

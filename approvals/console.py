@@ -1,0 +1,179 @@
+"""The risk officers' console: server-rendered pages over the approval services.
+
+Anyone who may watch (staff, or the view permission: "Viewers", "Risk officers")
+sees the pages; only the decide permission ("Risk officers", superusers) gets
+the approve and reject forms, and the POST checks it again."""
+
+from __future__ import annotations
+
+from datetime import datetime, time, timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.dateparse import parse_date
+from django.views.decorators.http import require_GET, require_POST
+
+from shards.consumers import can_watch
+from shards.errors import ApiError
+from shards.models import AuditEntry, Shard
+
+from . import services
+from .diffview import line_diff, pretty
+from .models import Approval, ApprovalStatus
+
+DECIDE_PERMISSION = "approvals.decide_approval"
+
+
+def _watcher(request: HttpRequest) -> None:
+    if not can_watch(request.user):
+        raise PermissionDenied("You may not view approvals.")
+
+
+def _can_decide(request: HttpRequest) -> bool:
+    return request.user.has_perm(DECIDE_PERMISSION)
+
+
+@login_required
+@require_GET
+def queue(request: HttpRequest) -> HttpResponse:
+    _watcher(request)
+    return render(request, "console/queue.html", _queue_context())
+
+
+@login_required
+@require_GET
+def queue_rows(request: HttpRequest) -> HttpResponse:
+    _watcher(request)
+    return render(request, "console/_queue_rows.html", _queue_context())
+
+
+def _queue_context() -> dict:
+    approvals = list(Approval.objects.pending().newest_first()[:200])
+    versions = dict(
+        Shard.objects.filter(pk__in={a.shard_id for a in approvals}).values_list("id", "version")
+    )
+    for approval in approvals:
+        approval.current_version = versions.get(approval.shard_id)
+        approval.stale = approval.current_version != approval.expected_version
+    return {"approvals": approvals, "now": timezone.now()}
+
+
+@login_required
+@require_GET
+def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
+    _watcher(request)
+    try:
+        approval = services.approval_get(approval_id)
+    except ApiError:
+        return render(request, "console/missing.html", {"approval_id": approval_id}, status=404)
+    current = Shard.objects.filter(pk=approval.shard_id).values("version", "value").first()
+    current_value = current["value"] if current else None
+    stale = current is None or current["version"] != approval.expected_version
+    trail = AuditEntry.objects.filter(details__approval_id=approval.id).order_by("id")
+    return render(
+        request,
+        "console/detail.html",
+        {
+            "approval": approval,
+            "status": approval.effective_status,
+            "current": current,
+            "stale": stale and approval.effective_status == ApprovalStatus.PENDING,
+            "diff": line_diff(current_value, approval.proposed_value),
+            "value_at_request": pretty(approval.value_at_request),
+            "current_value": pretty(current_value),
+            "proposed_value": pretty(approval.proposed_value),
+            "drifted": current is not None and current["version"] != approval.version_at_request,
+            "decisions": approval.decisions.all(),
+            "trail": trail,
+            "can_decide": _can_decide(request)
+            and approval.effective_status == ApprovalStatus.PENDING,
+        },
+    )
+
+
+@login_required
+@require_POST
+def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
+    _watcher(request)
+    if not _can_decide(request):
+        raise PermissionDenied("Only risk officers may decide approvals.")
+    action = request.POST.get("action")
+    if action not in ("approve", "reject"):
+        messages.error(request, "Choose approve or reject.")
+        return redirect("console-detail", approval_id=approval_id)
+    try:
+        approval = services.approval_decide(
+            approval_id=approval_id,
+            decider=services.Decider.user(request.user.get_username()),
+            approve=action == "approve",
+            reason=request.POST.get("reason", ""),
+        )
+    except ApiError as error:
+        messages.error(request, f"{error.code}: {error.message}")
+        return redirect("console-detail", approval_id=approval_id)
+    if approval.status == ApprovalStatus.COMMITTED:
+        messages.success(
+            request,
+            f"Approved and committed: {approval.shard_id} is now at version "
+            f"{approval.commit['version']} (audit entry {approval.commit['audit_entry_id']}).",
+        )
+    elif approval.status == ApprovalStatus.APPROVED:
+        messages.warning(
+            request,
+            f"Approved, but the commit did not apply: {approval.commit.get('error')} "
+            f"(the shard is at version {approval.commit.get('current_version')}). Nothing was written.",
+        )
+    elif approval.status == ApprovalStatus.REJECTED:
+        messages.success(request, "Rejected. The requester has been told why.")
+    else:
+        count = approval.decisions.filter(approve=True).count()
+        messages.success(
+            request, f"Your approval is recorded ({count} of {approval.approvals_required})."
+        )
+    return redirect("console-detail", approval_id=approval_id)
+
+
+def _day(value: str, *, end: bool = False) -> datetime | None:
+    day = parse_date(value) if value else None
+    if day is None:
+        return None
+    moment = datetime.combine(day, time.min, tzinfo=timezone.get_current_timezone())
+    return moment + timedelta(days=1) if end else moment
+
+
+@login_required
+@require_GET
+def history(request: HttpRequest) -> HttpResponse:
+    _watcher(request)
+    filters = {
+        name: request.GET.get(name, "").strip()
+        for name in ("status", "shard_id", "requested_by", "decided_by", "since", "until")
+    }
+    if filters["status"] not in ApprovalStatus.values:
+        filters["status"] = ""
+    approvals = Approval.objects.matching(
+        status=filters["status"],
+        shard_id=filters["shard_id"],
+        requested_by=filters["requested_by"],
+        decided_by=filters["decided_by"],
+        since=_day(filters["since"]),
+        until=_day(filters["until"], end=True),
+    ).newest_first()
+    page = Paginator(approvals, 50).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "console/history.html",
+        {
+            "page": page,
+            "filters": filters,
+            "statuses": ApprovalStatus.values,
+            "query": query.urlencode(),
+        },
+    )

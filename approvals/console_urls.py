@@ -1,0 +1,11 @@
+from django.urls import path
+
+from . import console
+
+urlpatterns = [
+    path("", console.queue, name="console-queue"),
+    path("queue/rows", console.queue_rows, name="console-queue-rows"),
+    path("history", console.history, name="console-history"),
+    path("approvals/<str:approval_id>", console.detail, name="console-detail"),
+    path("approvals/<str:approval_id>/decide", console.decide, name="console-decide"),
+]

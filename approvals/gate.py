@@ -1,0 +1,54 @@
+"""The approval half of the gate: may this commit carry this approval?
+
+Called by ``shards.services.gate_check`` before anything is attempted, and the
+single use is enforced again inside the commit's transaction (``approval_consume``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shards.audit import value_digest
+from shards.errors import ApiError
+
+from .models import Approval, ApprovalStatus
+
+
+def invalid(reason: str, message: str, **details: Any) -> ApiError:
+    return ApiError(403, "APPROVAL_INVALID", message, reason=reason, **details)
+
+
+def approval_verify(
+    *, approval_id: str, shard_id: str, agent_id: str, expected_version: int, new_value: Any
+) -> Approval:
+    approval = Approval.objects.filter(pk=approval_id).first()
+    if approval is None:
+        raise invalid("NOT_FOUND", f"No approval {approval_id!r}.")
+    if approval.shard_id != shard_id:
+        raise invalid("WRONG_SHARD", f"Approval {approval_id} is for shard {approval.shard_id!r}.")
+    if approval.requested_by != agent_id:
+        raise invalid("WRONG_AGENT", f"Approval {approval_id} was requested by another agent.")
+    if approval.expected_version != expected_version:
+        raise invalid(
+            "WRONG_VERSION",
+            f"Approval {approval_id} is for expected_version {approval.expected_version}.",
+        )
+    if approval.proposed_hash != value_digest(new_value):
+        raise invalid("VALUE_MISMATCH", "new_value differs from the value that was approved.")
+    if approval.status == ApprovalStatus.COMMITTED:
+        raise invalid("ALREADY_USED", f"Approval {approval_id} has already been used.")
+    if approval.status == ApprovalStatus.PENDING and approval.is_expired():
+        raise invalid("EXPIRED", f"Approval {approval_id} expired at {approval.expires_at}.")
+    if approval.status != ApprovalStatus.APPROVED:
+        raise invalid(
+            approval.status.upper(), f"Approval {approval_id} is {approval.status}, not approved."
+        )
+    return approval
+
+
+def approval_consume(*, approval_id: str, commit: dict[str, Any]) -> None:
+    """Marks an approved approval used by a commit; inside that commit's transaction."""
+    used = Approval.objects.filter(pk=approval_id, status=ApprovalStatus.APPROVED).update(
+        status=ApprovalStatus.COMMITTED, commit=commit
+    )
+    if not used:
+        raise invalid("ALREADY_USED", f"Approval {approval_id} has already been used.")

@@ -1,0 +1,272 @@
+"""Writes for approval gates. Each rule lives in one function: the request
+checks in ``approval_request``, deciding (self-approval, expiry, quorum, the
+commit through ``occ_apply``) in ``approval_decide``, expiry in ``approval_expire``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import jsonpatch
+from django.db import transaction
+from django.utils import timezone
+
+from shards.audit import AuditWriter, audited_transaction, value_digest
+from shards.errors import ApiError
+from shards.models import AuditAction, Shard, ShardType
+from shards.services import Actor, occ_apply, owner_check, shard_get, value_validate
+
+from . import notify
+from .models import Approval, ApprovalDecision, ApprovalStatus
+
+DEFAULT_TTL_SECONDS = 3600
+MIN_TTL_SECONDS = 10
+MAX_TTL_SECONDS = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class Decider:
+    """Who decides: a person in the console or an agent with approval:decide."""
+
+    name: str  # "user:alice" or "agent:reviewer-1": what the audit log shows
+    agent_id: str = ""
+    key_prefix: str = ""
+
+    @classmethod
+    def user(cls, username: str) -> Decider:
+        return cls(name=f"user:{username}")
+
+    @classmethod
+    def agent(cls, actor: Actor) -> Decider:
+        return cls(
+            name=f"agent:{actor.agent_id}", agent_id=actor.agent_id, key_prefix=actor.key_prefix
+        )
+
+
+def json_diff(old: Any, new: Any) -> list[dict[str, Any]]:
+    """RFC 6902 patch turning ``old`` into ``new``."""
+    return jsonpatch.make_patch(old, new).patch
+
+
+def approval_get(approval_id: str) -> Approval:
+    approval = Approval.objects.filter(pk=approval_id).first()
+    if approval is None:
+        raise ApiError(
+            404, "APPROVAL_NOT_FOUND", f"No approval {approval_id!r}.", approval_id=approval_id
+        )
+    return approval
+
+
+def approval_request(
+    *,
+    actor: Actor,
+    shard_id: str,
+    proposed_value: Any,
+    expected_version: int,
+    description: str,
+    ttl_seconds: int = DEFAULT_TTL_SECONDS,
+) -> Approval:
+    if not MIN_TTL_SECONDS <= ttl_seconds <= MAX_TTL_SECONDS:
+        raise ApiError(
+            400,
+            "VALIDATION_ERROR",
+            f"ttl_seconds must be between {MIN_TTL_SECONDS} and {MAX_TTL_SECONDS}.",
+            fields={"ttl_seconds": ["out of range"]},
+        )
+    shard = shard_get(shard_id)
+    if shard.type != ShardType.DECISION:
+        raise ApiError(
+            400,
+            "VALIDATION_ERROR",
+            "Approvals gate decision shards; additive shards merge and are never approved.",
+            fields={"shard_id": ["not a decision shard"]},
+        )
+    # Refuse now what the commit would refuse later, while the agent is listening.
+    owner_check(shard, actor.agent_id)
+    value_validate(shard.value_schema, proposed_value)
+    now = timezone.now()
+    with audited_transaction() as audit:
+        approval = Approval.objects.create(
+            shard_id=shard_id,
+            description=description,
+            requested_by=actor.agent_id,
+            requested_key_prefix=actor.key_prefix,
+            proposed_value=proposed_value,
+            proposed_hash=value_digest(proposed_value),
+            expected_version=expected_version,
+            value_at_request=shard.value,
+            version_at_request=shard.version,
+            approvals_required=shard.approvals_required,
+            created_at=now,
+            expires_at=now + timedelta(seconds=ttl_seconds),
+        )
+        audit.append(
+            action=AuditAction.APPROVAL_REQUESTED,
+            agent_id=actor.agent_id,
+            key_prefix=actor.key_prefix,
+            shard_id=shard_id,
+            version_before=expected_version,
+            value=proposed_value,
+            details={"approval_id": approval.id, "ttl_seconds": ttl_seconds},
+        )
+        transaction.on_commit(lambda: notify.approval_changed(approval, "requested"))
+    return approval
+
+
+def approval_decide(
+    *, approval_id: str, decider: Decider, approve: bool, reason: str = ""
+) -> Approval:
+    """Approve or reject. The final approval applies the commit through the same
+    OCC function as a direct commit, in the same transaction."""
+    reason = reason.strip()
+    if not approve and not reason:
+        raise ApiError(
+            400, "VALIDATION_ERROR", "A rejection needs a reason.", fields={"reason": ["required"]}
+        )
+    expired = False
+    with audited_transaction() as audit:
+        approval = approval_get(approval_id)
+        if decider.name == f"agent:{approval.requested_by}" or (
+            decider.key_prefix and decider.key_prefix == approval.requested_key_prefix
+        ):
+            raise ApiError(
+                403,
+                "SELF_APPROVAL",
+                "The requester cannot decide its own request.",
+                approval_id=approval_id,
+            )
+        if approval.status == ApprovalStatus.PENDING and approval.is_expired():
+            approval_expire(audit=audit, approval=approval)
+            expired = True
+        elif approval.status == ApprovalStatus.EXPIRED:
+            expired = True
+        elif approval.status != ApprovalStatus.PENDING:
+            raise ApiError(
+                409,
+                "APPROVAL_NOT_PENDING",
+                f"Approval {approval_id} is already {approval.status}.",
+                status=approval.status,
+            )
+        else:
+            _decide(audit, approval, decider, approve, reason)
+    if expired:
+        raise ApiError(
+            409,
+            "APPROVAL_EXPIRED",
+            f"Approval {approval_id} expired at {approval.expires_at.isoformat()}.",
+            expires_at=approval.expires_at.isoformat(),
+        )
+    return approval
+
+
+def _decide(
+    audit: AuditWriter, approval: Approval, decider: Decider, approve: bool, reason: str
+) -> None:
+    if approval.decisions.filter(decider=decider.name).exists():
+        raise ApiError(409, "ALREADY_DECIDED", f"{decider.name} has already decided this request.")
+    now = timezone.now()
+    ApprovalDecision.objects.create(
+        approval=approval,
+        decider=decider.name,
+        key_prefix=decider.key_prefix,
+        approve=approve,
+        reason=reason,
+        created_at=now,
+    )
+    approvals = approval.decisions.filter(approve=True).count()
+    audit.append(
+        action=AuditAction.APPROVAL_APPROVED if approve else AuditAction.APPROVAL_REJECTED,
+        agent_id=decider.name,
+        key_prefix=decider.key_prefix,
+        shard_id=approval.shard_id,
+        details={
+            "approval_id": approval.id,
+            "reason": reason,
+            "approvals": approvals,
+            "approvals_required": approval.approvals_required,
+        },
+    )
+    if approve and approvals < approval.approvals_required:
+        transaction.on_commit(lambda: notify.approval_changed(approval, "approved_partly"))
+        return
+    approval.status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
+    approval.decided_at, approval.decided_by, approval.reason = now, decider.name, reason
+    if approve:
+        approval.commit = _apply(audit, approval, decider)
+        if "version" in approval.commit:
+            approval.status = ApprovalStatus.COMMITTED
+    approval.save(update_fields=["status", "decided_at", "decided_by", "reason", "commit"])
+    transaction.on_commit(lambda: notify.approval_changed(approval, "decided"))
+
+
+def _apply(audit: AuditWriter, approval: Approval, decider: Decider) -> dict[str, Any]:
+    """The approved commit, against the version the request named."""
+    applied = occ_apply(
+        shard_id=approval.shard_id,
+        expected_version=approval.expected_version,
+        new_value=approval.proposed_value,
+        agent_id=approval.requested_by,
+    )
+    if not applied:
+        current = (
+            Shard.objects.filter(pk=approval.shard_id).values_list("version", flat=True).first()
+        )
+        error = "STALE_VERSION" if current is not None else "SHARD_NOT_FOUND"
+        commit = {
+            "error": error,
+            "expected_version": approval.expected_version,
+            "current_version": current,
+        }
+        audit.append(
+            action=AuditAction.APPROVAL_COMMIT_FAILED,
+            agent_id=decider.name,
+            shard_id=approval.shard_id,
+            version_before=approval.expected_version,
+            details={"approval_id": approval.id, **commit},
+        )
+        return commit
+    entry = audit.append(
+        action=AuditAction.SHARD_COMMIT,
+        agent_id=approval.requested_by,
+        key_prefix=approval.requested_key_prefix,
+        shard_id=approval.shard_id,
+        version_before=approval.expected_version,
+        version_after=approval.expected_version + 1,
+        value=approval.proposed_value,
+        details={"approval_id": approval.id, "approved_by": decider.name},
+    )
+    commit = {"version": approval.expected_version + 1, "audit_entry_id": entry.pk}
+    audit.append(
+        action=AuditAction.APPROVAL_COMMITTED,
+        agent_id=decider.name,
+        shard_id=approval.shard_id,
+        details={"approval_id": approval.id, **commit},
+    )
+    return commit
+
+
+def approval_expire(*, audit: AuditWriter, approval: Approval) -> None:
+    """The one place a pending approval becomes expired (inside a write transaction)."""
+    approval.status = ApprovalStatus.EXPIRED
+    approval.decided_at = timezone.now()
+    approval.save(update_fields=["status", "decided_at"])
+    audit.append(
+        action=AuditAction.APPROVAL_EXPIRED,
+        agent_id="system",
+        shard_id=approval.shard_id,
+        details={"approval_id": approval.id, "expires_at": approval.expires_at.isoformat()},
+    )
+    transaction.on_commit(lambda: notify.approval_changed(approval, "decided"))
+
+
+def approval_expire_due(*, now: datetime | None = None) -> int:
+    """Marks every pending approval past its deadline expired (Celery beat runs this)."""
+    expired = 0
+    for approval_id in Approval.objects.due(now).values_list("id", flat=True)[:500]:
+        with audited_transaction() as audit:
+            approval = Approval.objects.due(now).filter(pk=approval_id).first()
+            if approval is not None:  # a decision may have got there first
+                approval_expire(audit=audit, approval=approval)
+                expired += 1
+    return expired

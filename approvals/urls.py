@@ -1,0 +1,19 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("approvals", views.ApprovalListView.as_view(), name="approval-list"),
+    path("approvals/request", views.ApprovalRequestView.as_view(), name="approval-request"),
+    path("approvals/<str:approval_id>", views.ApprovalDetailView.as_view(), name="approval-detail"),
+    path(
+        "approvals/<str:approval_id>/approve",
+        views.ApprovalDecideView.as_view(approve=True),
+        name="approval-approve",
+    ),
+    path(
+        "approvals/<str:approval_id>/reject",
+        views.ApprovalDecideView.as_view(approve=False),
+        name="approval-reject",
+    ),
+]

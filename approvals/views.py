@@ -1,0 +1,103 @@
+"""Thin views for /api/approvals: parse, call one service, render."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from shards.auth import shard_scope_check
+from shards.models import Shard
+from shards.views import actor_of, parsed
+
+from . import services
+from .models import Approval
+from .serializers import (
+    ApprovalListQuerySerializer,
+    ApprovalPageSerializer,
+    ApprovalRequestSerializer,
+    ApprovalSerializer,
+    DecisionSerializer,
+    approval_data,
+)
+
+READ, REQUEST, DECIDE = "shard:read", "approval:request", "approval:decide"
+
+
+def current_of(approval: Approval) -> dict[str, Any] | None:
+    return Shard.objects.filter(pk=approval.shard_id).values("version", "value").first()
+
+
+def visible_approval(request: Request, approval_id: str) -> Approval:
+    approval = services.approval_get(approval_id)
+    shard_scope_check(request.user, approval.shard_id)
+    return approval
+
+
+class ApprovalRequestView(APIView):
+    required_permissions = {"POST": REQUEST}
+
+    @extend_schema(request=ApprovalRequestSerializer, responses={201: ApprovalSerializer})
+    def post(self, request: Request) -> Response:
+        data = parsed(ApprovalRequestSerializer, request.data)
+        shard_scope_check(request.user, data["shard_id"])
+        approval = services.approval_request(actor=actor_of(request), **data)
+        return Response(approval_data(approval, current_of(approval)), status=201)
+
+
+class ApprovalListView(APIView):
+    required_permissions = {"GET": READ}
+
+    @extend_schema(parameters=[ApprovalListQuerySerializer], responses=ApprovalPageSerializer)
+    def get(self, request: Request) -> Response:
+        query = parsed(ApprovalListQuerySerializer, request.query_params.dict())
+        limit = query.get("limit") or settings.ZEROLOCK_PAGE_SIZE
+        start = (query["page"] - 1) * limit
+        approvals = (
+            Approval.objects.matching(
+                status=query.get("status", ""),
+                shard_id=query.get("shard_id", ""),
+                requested_by=query.get("requested_by", ""),
+            )
+            .within_scopes(request.user.key.shard_prefixes)
+            .newest_first()
+            .prefetch_related("decisions")
+        )
+        page = list(approvals[start : start + limit + 1])
+        next_url = None
+        if len(page) > limit:
+            page = page[:limit]
+            params = request.query_params.copy()
+            params["page"] = str(query["page"] + 1)
+            next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+        return Response({"results": [approval_data(a) for a in page], "next": next_url})
+
+
+class ApprovalDetailView(APIView):
+    required_permissions = {"GET": READ}
+
+    @extend_schema(responses=ApprovalSerializer)
+    def get(self, request: Request, approval_id: str) -> Response:
+        approval = visible_approval(request, approval_id)
+        return Response(approval_data(approval, current_of(approval)))
+
+
+class ApprovalDecideView(APIView):
+    required_permissions = {"POST": DECIDE}
+    approve = True
+
+    @extend_schema(request=DecisionSerializer, responses=ApprovalSerializer)
+    def post(self, request: Request, approval_id: str) -> Response:
+        data = parsed(DecisionSerializer, request.data if request.data else {})
+        visible_approval(request, approval_id)
+        approval = services.approval_decide(
+            approval_id=approval_id,
+            decider=services.Decider.agent(actor_of(request)),
+            approve=self.approve,
+            reason=data["reason"],
+        )
+        return Response(approval_data(approval, current_of(approval)))
