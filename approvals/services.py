@@ -146,7 +146,7 @@ def approval_decide(
                 409,
                 "APPROVAL_NOT_PENDING",
                 f"Approval {approval_id} is already {approval.status}.",
-                status=approval.status,
+                current_status=approval.status,
             )
         else:
             _decide(audit, approval, decider, approve, reason)

@@ -9,6 +9,8 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from approvals.sweeper import ensure_sweeping
+
 from . import push
 from .auth import AGENT_ID_RE, key_from_raw, split_raw_key
 from .errors import ApiError
@@ -58,6 +60,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         ):
             await self.close()  # before accept: the handshake is refused (HTTP 403)
             return
+        ensure_sweeping()
         if agent_id:
             # Pushes addressed to this agent (approval_decided, conflict_notify).
             self.agent_group = push.group_name("agent", agent_id)
@@ -108,6 +111,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not await database_sync_to_async(can_watch)(user):
             await self.close()
             return
+        ensure_sweeping()
         await self.channel_layer.group_add(push.LIVE_GROUP, self.channel_name)
         self.joined = True
         await self.accept()
