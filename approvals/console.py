@@ -6,6 +6,7 @@ the approve and reject forms, and the POST checks it again."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, time, timedelta
 
 from django.contrib import messages
@@ -74,7 +75,9 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
     current = Shard.objects.filter(pk=approval.shard_id).values("version", "value").first()
     current_value = current["value"] if current else None
     stale = current is None or current["version"] != approval.expected_version
-    trail = AuditEntry.objects.filter(details__approval_id=approval.id).order_by("id")
+    trail = list(AuditEntry.objects.filter(details__approval_id=approval.id).order_by("id"))
+    for entry in trail:
+        entry.details_json = json.dumps(entry.details, sort_keys=True)
     return render(
         request,
         "console/detail.html",

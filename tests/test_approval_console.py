@@ -10,6 +10,7 @@ from django.test import Client
 
 from approvals.diffview import line_diff
 from approvals.models import Approval
+from approvals.roles import groups_ensure
 from approvals.services import approval_request
 from shards.models import Shard
 from shards.services import Actor, shard_create
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.django_db
 
 def person(username: str, group: str | None = None, **flags) -> User:
     user = User.objects.create_user(username, password="correct horse battery", **flags)
+    groups_ensure()  # transactional tests elsewhere flush what the migration made
     if group:
         user.groups.add(Group.objects.get(name=group))
     return user

@@ -4,6 +4,7 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from approvals.roles import groups_ensure
 from shards.models import ApiKey
 from shards.services import api_key_create
 
@@ -12,6 +13,7 @@ class Command(BaseCommand):
     help = "First run only: create an admin login and an admin API key and print them once."
 
     def handle(self, *args, **opts):
+        groups_ensure()
         User = get_user_model()
         if User.objects.filter(is_superuser=True).exists() or ApiKey.objects.exists():
             self.stdout.write("ZeroLock is already bootstrapped; nothing to do.")
@@ -26,5 +28,6 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{bar}\nZeroLock first run. These are shown ONCE; store them now.\n"
             f"  Admin login (http://127.0.0.1:{port}/admin/): admin / {password}\n"
+            f"  Approval console: http://127.0.0.1:{port}/console/ (same login)\n"
             f"  Admin API key (X-API-Key): {raw}\n{bar}"
         )
