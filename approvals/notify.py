@@ -11,31 +11,24 @@ from .models import Approval
 def approval_changed(approval: Approval, event: str) -> None:
     """``event``: "requested", "approved_partly" (quorum not reached yet) or "decided"."""
     if event == "decided":
-        push.group_send(
-            push.group_name("agent", approval.requested_by),
+        push.agent_send(
+            approval.requested_by,
             {
-                "type": "approval.decided",
-                "message": {
-                    "type": "approval_decided",
-                    "approval_id": approval.id,
-                    "shard_id": approval.shard_id,
-                    "status": approval.status,
-                    "commit": approval.commit,
-                    "reason": approval.reason,
-                    "decided_by": approval.decided_by,
-                },
-            },
-        )
-    push.group_send(
-        push.LIVE_GROUP,
-        {
-            "type": "live.event",
-            "message": {
-                "type": "approval",
-                "event": event,
+                "type": "approval_decided",
                 "approval_id": approval.id,
                 "shard_id": approval.shard_id,
                 "status": approval.status,
+                "commit": approval.commit,
+                "reason": approval.reason,
+                "decided_by": approval.decided_by,
             },
-        },
+        )
+    push.live_send(
+        {
+            "type": "approval",
+            "event": event,
+            "approval_id": approval.id,
+            "shard_id": approval.shard_id,
+            "status": approval.status,
+        }
     )

@@ -6,10 +6,11 @@ from typing import Any
 
 from rest_framework import serializers
 
+from shards.jsondiff import json_diff
 from shards.serializers import ShardIdField
 
 from .models import Approval, ApprovalStatus
-from .services import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, MIN_TTL_SECONDS, json_diff
+from .services import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, MIN_TTL_SECONDS
 
 
 class ApprovalRequestSerializer(serializers.Serializer):

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import jsonpatch
 from django.db import transaction
 from django.utils import timezone
 
+from shards import push
 from shards.audit import AuditWriter, audited_transaction, value_digest
 from shards.errors import ApiError
 from shards.models import AuditAction, Shard, ShardType
@@ -42,11 +42,6 @@ class Decider:
         return cls(
             name=f"agent:{actor.agent_id}", agent_id=actor.agent_id, key_prefix=actor.key_prefix
         )
-
-
-def json_diff(old: Any, new: Any) -> list[dict[str, Any]]:
-    """RFC 6902 patch turning ``old`` into ``new``."""
-    return jsonpatch.make_patch(old, new).patch
 
 
 def approval_get(approval_id: str) -> Approval:
@@ -237,6 +232,13 @@ def _apply(audit: AuditWriter, approval: Approval, decider: Decider) -> dict[str
         details={"approval_id": approval.id, "approved_by": decider.name},
     )
     commit = {"version": approval.expected_version + 1, "audit_entry_id": entry.pk}
+    transaction.on_commit(
+        lambda: push.shard_changed(
+            shard_id=approval.shard_id,
+            version=commit["version"],
+            committed_by=approval.requested_by,
+        )
+    )
     audit.append(
         action=AuditAction.APPROVAL_COMMITTED,
         agent_id=decider.name,

@@ -85,7 +85,7 @@ _writer = threading.Lock()
 
 
 @contextmanager
-def _sqlite_writer_queue() -> Iterator[None]:
+def sqlite_writer_queue() -> Iterator[None]:
     """SQLite has one writer; a writer that finds it busy sleeps in SQLite's busy
     handler (up to 100 ms a nap). Threads of one process queue here instead:
     measured, 80 appenders spent half their server time in those naps."""
@@ -101,7 +101,7 @@ def audited_transaction() -> Iterator[AuditWriter]:
     """Every write runs in here. Locking the audit head first puts all writers in one
     queue (on PostgreSQL; SQLite's IMMEDIATE transactions already do), so the chain
     never forks and read-set checks see no concurrent change."""
-    with _sqlite_writer_queue(), transaction.atomic():
+    with sqlite_writer_queue(), transaction.atomic():
         head = AuditHead.objects.select_for_update().filter(pk=1).first()
         if head is None:
             AuditHead.objects.get_or_create(pk=1, defaults={"last_hash": GENESIS_HASH})

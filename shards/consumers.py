@@ -3,6 +3,8 @@ pages' read-only channel, /ws/live/ (section 4.3)."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -11,11 +13,14 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from approvals.sweeper import ensure_sweeping
 
-from . import push
+from . import metrics, push
 from .auth import AGENT_ID_RE, key_from_raw, split_raw_key
 from .errors import ApiError
 from .keywatch import key_watch
+from .models import SHARD_ID_REGEX
 from .services import audit_auth_failure
+
+SHARD_ID = re.compile(SHARD_ID_REGEX)
 
 
 def raw_key_of(scope: dict[str, Any]) -> str:
@@ -49,10 +54,12 @@ def authenticate(raw: str):
 
 class AgentConsumer(AsyncJsonWebsocketConsumer):
     key = None
+    agent_id = ""
     agent_group = ""
 
     async def connect(self) -> None:
         push.bind_loop()
+        self.subscriptions: set[str] = set()
         self.key = await authenticate(raw_key_of(self.scope))
         agent_id = agent_id_of(self.scope)
         if self.key is None or (
@@ -63,32 +70,100 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         ensure_sweeping()
         if agent_id:
             # Pushes addressed to this agent (approval_decided, conflict_notify).
+            self.agent_id = agent_id
             self.agent_group = push.group_name("agent", agent_id)
             await self.channel_layer.group_add(self.agent_group, self.channel_name)
         await self.accept()
+        metrics.recorder.socket_opened()
         key_watch.register(self.key.prefix, self)
 
     async def disconnect(self, code: int) -> None:
-        if self.key is not None:
-            key_watch.unregister(self.key.prefix, self)
+        if self.key is None:
+            return
+        key_watch.unregister(self.key.prefix, self)
         if self.agent_group:
             await self.channel_layer.group_discard(self.agent_group, self.channel_name)
+        for shard_id in self.subscriptions:
+            await self.channel_layer.group_discard(
+                push.group_name("shard", shard_id), self.channel_name
+            )
+        metrics.recorder.socket_closed(self.subscriptions)
+        self.key = None
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         kind = content.get("type") if isinstance(content, dict) else None
-        if kind == "ping":
-            await self.send_json({"type": "pong"})
-            return
-        await self.send_json(
-            {
-                "type": "error",
-                "code": "UNSUPPORTED_MESSAGE",
-                "message": f"Unknown message type {kind!r}.",
-            }
-        )
+        try:
+            if kind == "ping":
+                await self.send_json({"type": "pong"})
+            elif kind == "subscribe":
+                await self.subscribe(subscription_ids(content, self.key))
+            elif kind == "unsubscribe":
+                await self.unsubscribe(subscription_ids(content, None))
+            else:
+                raise ApiError(400, "UNSUPPORTED_MESSAGE", f"Unknown message type {kind!r}.")
+        except ApiError as error:
+            await self.send_json({"type": "error", **error.envelope()["error"]})
 
-    async def approval_decided(self, event: dict[str, Any]) -> None:
+    async def subscribe(self, shard_ids: list[str]) -> None:
+        new = set(shard_ids) - self.subscriptions
+        for shard_id in new:
+            await self.channel_layer.group_add(
+                push.group_name("shard", shard_id), self.channel_name
+            )
+        self.subscriptions |= new
+        metrics.recorder.subscribed(new, +1)
+        await self.send_json({"type": "subscribed", "shard_ids": shard_ids})
+
+    async def unsubscribe(self, shard_ids: list[str]) -> None:
+        gone = set(shard_ids) & self.subscriptions
+        for shard_id in gone:
+            await self.channel_layer.group_discard(
+                push.group_name("shard", shard_id), self.channel_name
+            )
+        self.subscriptions -= gone
+        metrics.recorder.subscribed(gone, -1)
+        await self.send_json({"type": "unsubscribed", "shard_ids": shard_ids})
+
+    async def shard_invalidate(self, event: dict[str, Any]) -> None:
+        if event["committed_by"] == self.agent_id:
+            return  # the committer knows: it just got the new version in its 200
+        message = {k: event[k] for k in ("shard_id", "version", "committed_by")}
+        await self.send_json({"type": "invalidate", **message})
+        metrics.recorder.count(metrics.WS_SENT)
+
+    async def agent_message(self, event: dict[str, Any]) -> None:
         await self.send_json(event["message"])
+        metrics.recorder.count(metrics.WS_SENT)
+
+
+MAX_SUBSCRIBE = 1000
+
+
+def subscription_ids(content: dict[str, Any], key: Any) -> list[str]:
+    """The message's shard ids, checked; with a key, also its read permission and scope."""
+    shard_ids = content.get("shard_ids")
+    if (
+        not isinstance(shard_ids, list)
+        or not 0 < len(shard_ids) <= MAX_SUBSCRIBE
+        or not all(isinstance(s, str) and SHARD_ID.match(s) for s in shard_ids)
+    ):
+        raise ApiError(
+            400,
+            "VALIDATION_ERROR",
+            f"shard_ids must be a list of 1-{MAX_SUBSCRIBE} shard ids.",
+        )
+    if key is not None:
+        if not key.has_permission("shard:read"):
+            raise ApiError(403, "PERMISSION_DENIED", "This key lacks the 'shard:read' permission.")
+        outside = [s for s in shard_ids if not key.allows_shard(s)]
+        if outside:
+            raise ApiError(
+                403,
+                "PERMISSION_DENIED",
+                "This key may not watch these shards.",
+                shard_ids=outside,
+            )
+    return shard_ids
 
 
 def can_watch(user: Any) -> bool:
@@ -100,8 +175,13 @@ def can_watch(user: Any) -> bool:
     )
 
 
+LIVE_COALESCE_SECONDS = 0.25
+
+
 class LiveConsumer(AsyncJsonWebsocketConsumer):
-    """Session-authenticated and read-only: it only forwards what the server pushes."""
+    """Session-authenticated and read-only: it only forwards what the server pushes.
+    Shard changes are coalesced (the newest per shard, at most four batches a
+    second), so a storm of commits cannot flood a browser."""
 
     joined = False
 
@@ -111,6 +191,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not await database_sync_to_async(can_watch)(user):
             await self.close()
             return
+        self.pending: dict[str, dict[str, Any]] = {}
+        self.flusher: asyncio.Task | None = None
         ensure_sweeping()
         await self.channel_layer.group_add(push.LIVE_GROUP, self.channel_name)
         self.joined = True
@@ -119,10 +201,23 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self.joined:
             await self.channel_layer.group_discard(push.LIVE_GROUP, self.channel_name)
+            if self.flusher is not None:
+                self.flusher.cancel()
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if isinstance(content, dict) and content.get("type") == "ping":
             await self.send_json({"type": "pong"})
 
     async def live_event(self, event: dict[str, Any]) -> None:
-        await self.send_json(event["message"])
+        message = event["message"]
+        if message.get("type") != "shard":
+            await self.send_json(message)
+            return
+        self.pending[message["shard_id"]] = message
+        if self.flusher is None:
+            self.flusher = asyncio.get_running_loop().create_task(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(LIVE_COALESCE_SECONDS)
+        changes, self.pending, self.flusher = list(self.pending.values()), {}, None
+        await self.send_json({"type": "shards", "changes": changes})

@@ -17,6 +17,10 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.utils import timezone
+
+from . import metrics
+from .jsondiff import json_diff
 
 logger = logging.getLogger(__name__)
 _loop: asyncio.AbstractEventLoop | None = None
@@ -67,4 +71,55 @@ def crdt_update_push(*, shard_id: str, update: bytes, origin: str = "") -> None:
     """A merged update, to the shard's Yjs clients (except the one it came from)."""
     group_send(
         group_name("crdt", shard_id), {"type": "crdt.update", "update": update, "origin": origin}
+    )
+
+
+def shard_changed(*, shard_id: str, version: int, committed_by: str) -> None:
+    """After an applied change (on commit): invalidate the shard's subscribers
+    (Layer 2), and tell the live pages."""
+    # What a naive broadcast would have cost: one message to every agent socket.
+    metrics.recorder.count(metrics.WS_NAIVE, metrics.connections_total())
+    group_send(
+        group_name("shard", shard_id),
+        {
+            "type": "shard.invalidate",
+            "shard_id": shard_id,
+            "version": version,
+            "committed_by": committed_by,
+        },
+    )
+    live_send(
+        {
+            "type": "shard",
+            "shard_id": shard_id,
+            "version": version,
+            "updated_by": committed_by,
+            "updated_at": timezone.now().isoformat(),
+        }
+    )
+
+
+def live_send(message: dict[str, Any]) -> None:
+    group_send(LIVE_GROUP, {"type": "live.event", "message": message})
+
+
+def agent_send(agent_id: str, message: dict[str, Any]) -> None:
+    """To every /ws/agents/ socket opened as this agent."""
+    group_send(group_name("agent", agent_id), {"type": "agent.message", "message": message})
+
+
+def conflict_notify(
+    *, agent_id: str, shard_id: str, version: int, winning: Any, rejected: Any
+) -> None:
+    """Layer 3: the loser of a race learns what won and how its value differs."""
+    agent_send(
+        agent_id,
+        {
+            "type": "conflict_notify",
+            "shard_id": shard_id,
+            "version": version,
+            "winning_value": winning,
+            "rejected_value": rejected,
+            "diff": json_diff(winning, rejected),
+        },
     )

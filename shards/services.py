@@ -282,6 +282,11 @@ def shard_commit(
                 value=new_value,
                 details={"approval_id": approval_id} if approval_id else None,
             )
+            transaction.on_commit(
+                lambda: push.shard_changed(
+                    shard_id=shard_id, version=expected_version + 1, committed_by=actor.agent_id
+                )
+            )
             if approval_id:
                 commit = {"version": expected_version + 1, "audit_entry_id": entry.pk}
                 approval_consume(approval_id=approval_id, commit=commit)
@@ -307,6 +312,15 @@ def shard_commit(
                     expected_version=expected_version,
                     current_version=current["version"],
                     current_value=current["value"],
+                )
+                transaction.on_commit(
+                    lambda: push.conflict_notify(
+                        agent_id=actor.agent_id,
+                        shard_id=shard_id,
+                        version=current["version"],
+                        winning=current["value"],
+                        rejected=new_value,
+                    )
                 )
         _append_rejection(audit, actor, shard_id, expected_version, rejection)
     raise rejection
@@ -402,6 +416,7 @@ def _additive_apply(
         def after_commit() -> None:
             crdt_store.remember(shard_id, fresh)
             push.crdt_update_push(shard_id=shard_id, update=update, origin=origin)
+            push.shard_changed(shard_id=shard_id, version=version, committed_by=actor.agent_id)
 
         transaction.on_commit(after_commit)
     return CommitResult(version, value, entry.pk)

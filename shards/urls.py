@@ -9,6 +9,8 @@ urlpatterns = [
     path("shards/<str:shard_id>/commit", views.ShardCommitView.as_view(), name="shard-commit"),
     path("shards/<str:shard_id>/history", views.ShardHistoryView.as_view(), name="shard-history"),
     path("audit", views.AuditListView.as_view(), name="audit-list"),
+    path("metrics", views.MetricsView.as_view(), name="metrics"),
+    path("metrics/ws", views.WsMetricsView.as_view(), name="metrics-ws"),
     path("health", views.HealthView.as_view(), name="health"),
     path(
         "schema",

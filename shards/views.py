@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import services
+from . import metrics, services
 from .auth import Principal, shard_scope_check
 from .errors import ApiError
 from .models import AuditEntry, Shard, ShardType
@@ -118,6 +118,10 @@ class ShardCommitView(APIView):
 
     @extend_schema(request=CommitSerializer, responses=CommitResultSerializer)
     def post(self, request: Request, shard_id: str) -> Response:
+        with metrics.commit_observed(shard_id):
+            return self._commit(request, shard_id)
+
+    def _commit(self, request: Request, shard_id: str) -> Response:
         shard = services.shard_get(shard_id, payload=False)
         if shard.type == ShardType.ADDITIVE:
             if not isinstance(request.data, dict):
@@ -160,6 +164,41 @@ class AuditListView(APIView):
                 entries = entries.filter(**{field: query[field]})
         page = entries.order_by("id")[: query["limit"]]
         return Response([audit_data(e) for e in page])
+
+
+class MetricsView(APIView):
+    """Commits, conflicts, claims and approvals over the last minute, the last hour
+    and since the database began; latency percentiles; the hottest shards."""
+
+    required_permissions = {"GET": READ}
+
+    @extend_schema(responses=dict)
+    def get(self, request: Request) -> Response:
+        from approvals.models import Approval, ApprovalStatus
+
+        totals = metrics.counters()
+        return Response(
+            {
+                "last_minute": metrics.window(60),
+                "last_hour": metrics.window(3600),
+                "since_start": {
+                    name: totals.get(name, 0)
+                    for name in (metrics.COMMITS, metrics.CONFLICTS, metrics.CLAIMS)
+                },
+                "approvals": {
+                    status: Approval.objects.with_status(status).count()
+                    for status in ApprovalStatus.values
+                },
+            }
+        )
+
+
+class WsMetricsView(APIView):
+    required_permissions = {"GET": READ}
+
+    @extend_schema(responses=dict)
+    def get(self, request: Request) -> Response:
+        return Response(metrics.ws_metrics())
 
 
 class HealthView(APIView):

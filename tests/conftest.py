@@ -150,5 +150,6 @@ def _deliveries_written_inline(settings) -> None:
     """In-process tests read the delivery log right after a request; the live
     server keeps the default write-behind recorder."""
     settings.ZEROLOCK_DELIVERY_WRITE_BEHIND = False
+    settings.ZEROLOCK_METRICS_WRITE_BEHIND = False
     # The whole suite comes from one address; rate-limit tests set their own limits.
     settings.ZEROLOCK_RATE_LIMIT_PER_MINUTE = settings.ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE = 10**8

@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "shards",
     "approvals",
+    "dashboard",
 ]
 
 # Order matters for speed under ASGI: the innermost middleware is sync-only, so
@@ -185,6 +186,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "approvals.tasks.expire_approvals",
         "schedule": 2.0,
     },
+    "prune-metric-samples": {
+        "task": "shards.tasks.prune_metric_samples",
+        "schedule": 3600.0,
+    },
     "prune-delivery-log": {
         "task": "shards.tasks.prune_delivery_log",
         "schedule": 3600.0,
@@ -229,6 +234,9 @@ ZEROLOCK_MAX_BODY_BYTES = env_int("ZEROLOCK_MAX_BODY_BYTES", 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = ZEROLOCK_MAX_BODY_BYTES
 # Record reads in a background thread, in batches (see shards/deliveries.py).
 ZEROLOCK_DELIVERY_WRITE_BEHIND = env_bool("ZEROLOCK_DELIVERY_WRITE_BEHIND", True)
+# Metrics (commit samples, counters, socket gauges) are written by a background
+# thread every 0.5 s; tests that read them right away write them inline.
+ZEROLOCK_METRICS_WRITE_BEHIND = env_bool("ZEROLOCK_METRICS_WRITE_BEHIND", True)
 # How long delivery-log rows (who read which version) are kept.
 ZEROLOCK_DELIVERY_RETENTION_DAYS = env_int("ZEROLOCK_DELIVERY_RETENTION_DAYS", 30)
 # Page size of list endpoints.

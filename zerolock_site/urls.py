@@ -9,4 +9,5 @@ urlpatterns = [
     path("api/", include("approvals.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("console/", include("approvals.console_urls")),
+    path("dashboard/", include("dashboard.urls")),
 ]

@@ -20,12 +20,35 @@
 
   // Pages say what they want from a push: the queue refreshes its rows (htmx, on
   // the "zl-refresh" event), a detail page reloads when its approval changed.
+  function refresh() { document.body.dispatchEvent(new Event("zl-refresh")); }
+
+  // Shard changes arrive in batches (the server coalesces them): update rows in
+  // place on the shards page, refresh the panel on a shard's own page.
+  function onShards(changes) {
+    var rows = document.getElementById("shard-rows");
+    var panel = document.getElementById("shard-live");
+    var unknown = false;
+    changes.forEach(function (change) {
+      if (panel && panel.dataset.shardId === change.shard_id) refresh();
+      if (!rows) return;
+      var row = rows.querySelector('tr[data-shard-id="' + CSS.escape(change.shard_id) + '"]');
+      if (!row) {
+        unknown = unknown || change.shard_id.indexOf(rows.dataset.prefix || "") === 0;
+        return;
+      }
+      row.querySelector(".version").textContent = "v" + change.version;
+      row.querySelector(".updated-by").textContent = change.updated_by;
+      row.querySelector(".updated-at").textContent = change.updated_at.substr(0, 19).replace("T", " ");
+      row.classList.remove("flash"); void row.offsetWidth; row.classList.add("flash");
+    });
+    if (unknown) refresh();  // a new shard: fetch the rows again
+  }
+
   function onEvent(event) {
     document.dispatchEvent(new CustomEvent("zl-live", { detail: event }));
+    if (event.type === "shards") { onShards(event.changes); return; }
     if (event.type !== "approval") return;
-    if (document.getElementById("queue-rows")) {
-      document.body.dispatchEvent(new Event("zl-refresh"));
-    }
+    if (document.getElementById("queue-rows")) refresh();
     var head = document.querySelector(".head[data-approval-id]");
     if (head && head.dataset.approvalId === event.approval_id && event.event === "decided") {
       var status = document.getElementById("approval-status");

@@ -1,0 +1,78 @@
+// The metrics page: polls the metrics JSON every 2 s and redraws four charts.
+(function () {
+  "use strict";
+  var script = document.getElementById("metrics-script");
+  var url = script.dataset.url;
+  var history = { pending: [], wsSent: [], wsNaive: [], labels: [] };
+  var lastWs = null;
+  var KEEP = 60;
+
+  function line(id, datasets, options) {
+    return new Chart(document.getElementById(id), {
+      type: "line",
+      data: { labels: [], datasets: datasets },
+      options: Object.assign({
+        animation: false, responsive: true, maintainAspectRatio: false,
+        elements: { point: { radius: 0 } },
+        scales: { x: { ticks: { maxTicksLimit: 6 } }, y: { beginAtZero: true } },
+        plugins: { legend: { position: "bottom" } }
+      }, options || {})
+    });
+  }
+  function set(label, color) { return { label: label, data: [], borderColor: color, backgroundColor: color, borderWidth: 2, tension: 0.2 }; }
+
+  var rates = line("chart-rates", [set("commits/s", "#2f5d8a"), set("conflicts/s", "#a12a2a")]);
+  var latency = line("chart-latency", [set("p50", "#1f7a4d"), set("p99", "#8a5a00")]);
+  var approvals = line("chart-approvals", [set("pending", "#8a5a00")]);
+  var ws = line("chart-ws", [set("sent", "#1f7a4d"), set("naive broadcast", "#9aa5b1")]);
+
+  function clock(iso) { return iso.substr(11, 8); }
+  function text(id, value) { document.getElementById(id).textContent = value; }
+
+  function draw(data) {
+    var labels = data.series.map(function (p) { return clock(p.t); });
+    rates.data.labels = labels;
+    rates.data.datasets[0].data = data.series.map(function (p) { return p.commits; });
+    rates.data.datasets[1].data = data.series.map(function (p) { return p.conflicts; });
+    latency.data.labels = labels;
+    latency.data.datasets[0].data = data.series.map(function (p) { return p.p50; });
+    latency.data.datasets[1].data = data.series.map(function (p) { return p.p99; });
+    rates.update(); latency.update();
+
+    var now = clock(new Date().toISOString());
+    history.labels.push(now);
+    history.pending.push(data.approvals.pending);
+    var sent = 0, naive = 0;
+    if (lastWs) {
+      var dt = (Date.now() - lastWs.at) / 1000;
+      sent = (data.ws.messages_sent - lastWs.sent) / dt;
+      naive = (data.ws.naive_broadcast_messages - lastWs.naive) / dt;
+    }
+    lastWs = { at: Date.now(), sent: data.ws.messages_sent, naive: data.ws.naive_broadcast_messages };
+    history.wsSent.push(Math.max(0, sent)); history.wsNaive.push(Math.max(0, naive));
+    if (history.labels.length > KEEP) {
+      ["labels", "pending", "wsSent", "wsNaive"].forEach(function (k) { history[k].shift(); });
+    }
+    approvals.data.labels = history.labels; approvals.data.datasets[0].data = history.pending;
+    ws.data.labels = history.labels;
+    ws.data.datasets[0].data = history.wsSent; ws.data.datasets[1].data = history.wsNaive;
+    approvals.update(); ws.update();
+
+    var minute = data.last_minute;
+    text("tile-commits", minute.commits_per_second.toFixed(1));
+    text("tile-conflicts", minute.conflicts_per_second.toFixed(1));
+    text("tile-p99", minute.latency_ms.p99 === null ? "–" : minute.latency_ms.p99.toFixed(1) + " ms");
+    text("tile-pending", data.approvals.pending);
+    text("tile-savings", data.ws.naive_broadcast_messages ? data.ws.cost_savings_percent.toFixed(1) + " %" : "–");
+    document.body.dataset.metricsDrawn = String(Number(document.body.dataset.metricsDrawn || 0) + 1);
+  }
+
+  function poll() {
+    fetch(url, { credentials: "same-origin" })
+      .then(function (r) { return r.json(); })
+      .then(draw)
+      .catch(function () { /* next poll retries */ })
+      .finally(function () { setTimeout(poll, 2000); });
+  }
+  poll();
+})();
