@@ -204,3 +204,65 @@ def test_a_hundred_agents_get_exactly_the_invalidations_of_their_ten_shards(live
         100 * (1 - after["messages_sent"] / after["naive_broadcast_messages"]), 2
     )
     assert 100 * (1 - sent / naive) == pytest.approx(90, abs=3)
+
+
+@pytest.mark.live
+def test_a_commit_served_by_one_process_reaches_subscribers_on_another(transactional_db):
+    """Two Daphne processes on one database and one Redis channel layer."""
+    import os
+
+    from tests.conftest import server_env, start_server, stop_server
+
+    shard_create(actor=Actor("x"), shard_id="shared-plan", shard_type="decision", initial_value=0)
+    _, key = api_key_create(name="k", permissions=["shard:read", "shard:write"])
+    env = server_env()
+    env["REDIS_URL"] = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    (proc_a, url_a), (proc_b, url_b) = start_server(env), start_server(env)
+
+    async def scenario() -> tuple[list[dict], list[dict], dict]:
+        headers = {"X-API-Key": key}
+        on_a, on_b = [], []
+        async with (
+            websockets.connect(
+                url_a.replace("http", "ws") + "/ws/agents/",
+                additional_headers={**headers, "X-Agent-Id": "watcher-a"},
+            ) as socket_a,
+            websockets.connect(
+                url_b.replace("http", "ws") + "/ws/agents/",
+                additional_headers={**headers, "X-Agent-Id": "watcher-b"},
+            ) as socket_b,
+            httpx.AsyncClient(headers={**headers, "X-Agent-Id": "committer"}) as client,
+        ):
+            for socket in (socket_a, socket_b):
+                await socket.send(json.dumps({"type": "subscribe", "shard_ids": ["shared-plan"]}))
+                await socket.recv()
+            for version in (1, 2, 3):
+                url = (url_a, url_b)[version % 2]
+                response = await client.post(
+                    f"{url}/api/shards/shared-plan/commit",
+                    json={"expected_version": version, "new_value": version},
+                )
+                assert response.status_code == 200
+            for socket, got in ((socket_a, on_a), (socket_b, on_b)):
+                for _ in range(3):
+                    got.append(json.loads(await asyncio.wait_for(socket.recv(), timeout=5)))
+            # Both processes' sockets are counted wherever the question is asked.
+            for _ in range(40):
+                ws = (await client.get(f"{url_a}/api/metrics/ws")).json()
+                if ws["connections"] == 2:
+                    break
+                await asyncio.sleep(0.25)
+        return on_a, on_b, ws
+
+    try:
+        on_a, on_b, ws = asyncio.run(scenario())
+    finally:
+        stop_server(proc_a)
+        stop_server(proc_b)
+    for got in (on_a, on_b):
+        assert [(m["type"], m["version"]) for m in got] == [
+            ("invalidate", 2),
+            ("invalidate", 3),
+            ("invalidate", 4),
+        ]
+    assert (ws["connections"], ws["subscriptions"], ws["processes"]) == (2, 2, 2)

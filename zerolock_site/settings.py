@@ -145,11 +145,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Redis: channel layer, cache, broker -----------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")
 
+# Messages a socket may have queued before more are dropped (the default, 100,
+# lost the newest versions in a burst of commits: measured by the live-page test).
+CHANNEL_CAPACITY = int(os.environ.get("ZEROLOCK_CHANNEL_CAPACITY", "5000"))
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": CHANNEL_CAPACITY},
         }
     }
     CACHES = {
@@ -160,7 +163,12 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": CHANNEL_CAPACITY},
+        }
+    }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # --- Celery ----------------------------------------------------------------

@@ -13,7 +13,8 @@
       data: { labels: [], datasets: datasets },
       options: Object.assign({
         animation: false, responsive: true, maintainAspectRatio: false,
-        elements: { point: { radius: 0 } },
+        spanGaps: true,
+        elements: { point: { radius: 1.5 } },
         scales: { x: { ticks: { maxTicksLimit: 6 } }, y: { beginAtZero: true } },
         plugins: { legend: { position: "bottom" } }
       }, options || {})

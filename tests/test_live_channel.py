@@ -1,0 +1,72 @@
+"""/ws/live/ for the pages: session login, same-origin only, read-only, and a
+storm of commits arrives coalesced."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import Group, User
+from django.test import Client
+
+from approvals.roles import groups_ensure
+from shards.models import Shard
+from shards.services import Actor, shard_commit, shard_create
+from zerolock_site.asgi import application
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def session_cookie(username: str, group: str | None) -> bytes:
+    groups_ensure()
+    user = User.objects.create_user(username, password="pw-pw-pw-pw")
+    if group:
+        user.groups.add(Group.objects.get(name=group))
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+def live_socket(cookie: bytes | None, origin: bytes = b"http://127.0.0.1") -> WebsocketCommunicator:
+    headers = [(b"origin", origin)]
+    if cookie:
+        headers.append((b"cookie", cookie))
+    return WebsocketCommunicator(application, "/ws/live/", headers=headers)
+
+
+async def test_only_signed_in_watchers_from_this_site_may_open_it():
+    viewer = await sync_to_async(session_cookie)("victor", "Viewers")
+    outsider = await sync_to_async(session_cookie)("olga", None)
+    assert not (await live_socket(None).connect())[0]
+    assert not (await live_socket(outsider).connect())[0]
+    assert not (await live_socket(viewer, origin=b"http://evil.example").connect())[0]
+    allowed = live_socket(viewer)
+    assert (await allowed.connect())[0]
+    await allowed.disconnect()
+
+
+def storm(n: int) -> None:
+    shard = Shard.objects.get(pk="busy")
+    for version in range(1, n + 1):
+        shard_commit(
+            actor=Actor("stormer"), shard=shard, expected_version=version, new_value=version
+        )
+
+
+async def test_a_storm_of_commits_reaches_the_page_in_a_few_coalesced_batches():
+    await sync_to_async(shard_create)(
+        actor=Actor("x"), shard_id="busy", shard_type="decision", initial_value=0
+    )
+    socket = live_socket(await sync_to_async(session_cookie)("victor", "Viewers"))
+    assert (await socket.connect())[0]
+    await sync_to_async(storm)(200)
+    batches = []
+    while not await socket.receive_nothing(timeout=1):
+        batches.append(await socket.receive_json_from())
+    assert batches and all(b["type"] == "shards" for b in batches)
+    # 200 commits in well under a few seconds: far fewer messages than commits,
+    # each batch naming the shard once, the last one with the final version.
+    assert len(batches) <= 20
+    assert all(len(b["changes"]) == 1 for b in batches)
+    assert batches[-1]["changes"][0]["version"] == 201
+    await socket.disconnect()
