@@ -20,6 +20,9 @@
 
   // Pages say what they want from a push: the queue refreshes its rows (htmx, on
   // the "zl-refresh" event), a detail page reloads when its approval changed.
+  var submitting = false;
+  document.addEventListener("submit", function () { submitting = true; });
+
   function refresh() { document.body.dispatchEvent(new Event("zl-refresh")); }
 
   // Shard changes arrive in batches (the server coalesces them): update rows in
@@ -50,7 +53,9 @@
     if (event.type !== "approval") return;
     if (document.getElementById("queue-rows")) refresh();
     var head = document.querySelector(".head[data-approval-id]");
-    if (head && head.dataset.approvalId === event.approval_id && event.event === "decided") {
+    // Not while this page is submitting its own decision: the reload would race
+    // the form's redirect and swallow the result message.
+    if (head && !submitting && head.dataset.approvalId === event.approval_id && event.event === "decided") {
       var status = document.getElementById("approval-status");
       if (status && status.textContent !== event.status) window.location.reload();
     }
