@@ -19,6 +19,7 @@ from .errors import ApiError
 from .keywatch import key_watch
 from .models import SHARD_ID_REGEX
 from .services import audit_auth_failure
+from .watch import change_stream, latest_revision, watch_check
 
 SHARD_ID = re.compile(SHARD_ID_REGEX)
 
@@ -54,6 +55,7 @@ def authenticate(raw: str):
 
 class AgentConsumer(AsyncJsonWebsocketConsumer):
     key = None
+    watcher: asyncio.Task | None = None
     agent_id = ""
     agent_group = ""
 
@@ -78,6 +80,8 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         key_watch.register(self.key.prefix, self)
 
     async def disconnect(self, code: int) -> None:
+        if self.watcher is not None:
+            self.watcher.cancel()
         if self.key is None:
             return
         key_watch.unregister(self.key.prefix, self)
@@ -99,6 +103,8 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 await self.subscribe(subscription_ids(content, self.key))
             elif kind == "unsubscribe":
                 await self.unsubscribe(subscription_ids(content, None))
+            elif kind == "watch":
+                await self.watch(content)
             else:
                 raise ApiError(400, "UNSUPPORTED_MESSAGE", f"Unknown message type {kind!r}.")
         except ApiError as error:
@@ -124,6 +130,29 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         metrics.recorder.subscribed(gone, -1)
         await self.send_json({"type": "unsubscribed", "shard_ids": shard_ids})
 
+    async def watch(self, content: dict[str, Any]) -> None:
+        """Every change after ``since`` under ``prefix``, in revision order, then
+        live ones, as ``watch_event`` frames; one watch per socket."""
+        prefix = content.get("prefix", "")
+        since = content.get("since")
+        if not isinstance(prefix, str) or (
+            since is not None
+            and (not isinstance(since, int) or isinstance(since, bool) or since < 0)
+        ):
+            raise ApiError(
+                400, "VALIDATION_ERROR", "watch takes a prefix string and a since revision."
+            )
+        since = await database_sync_to_async(watch_start)(key=self.key, prefix=prefix, since=since)
+        if self.watcher is not None:
+            self.watcher.cancel()
+        self.watcher = asyncio.get_running_loop().create_task(self._watch(prefix, since))
+        await self.send_json({"type": "watching", "prefix": prefix, "since": since})
+
+    async def _watch(self, prefix: str, since: int) -> None:
+        async for change in change_stream(prefix=prefix, since=since):
+            if change is not None:
+                await self.send_json({"type": "watch_event", **change})
+
     async def shard_invalidate(self, event: dict[str, Any]) -> None:
         if event["committed_by"] == self.agent_id:
             return  # the committer knows: it just got the new version in its 200
@@ -134,6 +163,13 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
     async def agent_message(self, event: dict[str, Any]) -> None:
         await self.send_json(event["message"])
         metrics.recorder.count(metrics.WS_SENT)
+
+
+def watch_start(*, key: Any, prefix: str, since: int | None) -> int:
+    if since is None:
+        since = latest_revision()
+    watch_check(prefix=prefix, since=since, key=key)
+    return since
 
 
 MAX_SUBSCRIBE = 1000

@@ -66,6 +66,8 @@ class Shard(models.Model):
     # ``value``) stand at; the CrdtUpdate rows after it complete the shard.
     crdt_state = models.BinaryField(null=True, blank=True, editable=False)
     crdt_state_version = models.PositiveBigIntegerField(default=1)
+    # The newest lease fence a write to this shard has carried (0: none yet).
+    fence = models.PositiveBigIntegerField(default=0)
     created_by = models.CharField(max_length=128)
     updated_by = models.CharField(max_length=128)
     created_at = models.DateTimeField(default=timezone.now)
@@ -125,6 +127,9 @@ class AuditAction(models.TextChoices):
     APPROVAL_EXPIRED = "approval.expired"
     APPROVAL_COMMITTED = "approval.committed"
     APPROVAL_COMMIT_FAILED = "approval.commit_failed"
+    LEASE_GRANTED = "lease.granted"
+    LEASE_ENDED = "lease.ended"
+    LEASE_RELEASED_PATH = "lease.released_path"
 
 
 class AuditEntry(models.Model):
@@ -285,3 +290,62 @@ class SocketGauge(models.Model):
 
     def __str__(self) -> str:
         return f"{self.process}: {self.connections} sockets"
+
+
+def new_lease_id() -> str:
+    import secrets
+
+    return f"lse_{secrets.token_hex(12)}"
+
+
+class LeaseQuerySet(models.QuerySet):
+    def live(self) -> LeaseQuerySet:
+        return self.filter(revoked=False, expires_at__gt=timezone.now())
+
+    def due(self) -> LeaseQuerySet:
+        """Not yet ended, but past their time."""
+        return self.filter(revoked=False, expires_at__lte=timezone.now())
+
+
+class Lease(models.Model):
+    id = models.CharField(primary_key=True, max_length=40, default=new_lease_id)
+    holder = models.CharField(max_length=128)
+    key_prefix = models.CharField(max_length=16, blank=True)
+    ttl_seconds = models.PositiveIntegerField()
+    expires_at = models.DateTimeField(db_index=True)
+    fence = models.PositiveBigIntegerField(default=0)
+    revoked = models.BooleanField(default=False)
+
+    objects = LeaseQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.holder})"
+
+
+class LeaseBinding(models.Model):
+    """A path a lease holds: removed from the shard when the lease ends."""
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="bindings")
+    shard_id = models.CharField(max_length=128)
+    path = models.JSONField()
+
+    def __str__(self) -> str:
+        return f"{self.lease_id}: {self.shard_id} {self.path}"
+
+
+class IdempotencyRecord(models.Model):
+    """A write's stored response, replayed for a retry with the same key and body."""
+
+    scope = models.CharField(max_length=64)  # the API key's prefix
+    key = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64)
+    status = models.PositiveSmallIntegerField(null=True)  # None while in progress
+    body = models.BinaryField(null=True)
+    content_type = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["scope", "key"], name="one_record_per_key")]
+
+    def __str__(self) -> str:
+        return f"{self.scope}/{self.key} -> {self.status}"

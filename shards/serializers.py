@@ -45,6 +45,7 @@ class CommitSerializer(serializers.Serializer):
         child=serializers.IntegerField(min_value=1), required=False, default=dict
     )
     approval_id = serializers.CharField(required=False, allow_null=True, max_length=64)
+    fence = serializers.IntegerField(required=False, allow_null=True, min_value=1)
 
     def validate_read_set(self, value: dict[str, int]) -> dict[str, int]:
         field = ShardIdField()

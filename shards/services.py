@@ -22,12 +22,14 @@ from .audit import AuditWriter, audited_transaction
 from .auth import generate_raw_key
 from .deliveries import recorder
 from .errors import ApiError
+from .leases import fence_check, leases_expire_due
 from .models import (
     ApiKey,
     ApiKeyPermission,
     AuditAction,
     CrdtUpdate,
     Delivery,
+    Lease,
     OwnerPolicy,
     Shard,
     ShardType,
@@ -163,6 +165,8 @@ def shard_get(shard_id: str, *, payload: bool = True) -> Shard:
 
 def shard_read(*, shard_id: str, reader: str) -> Shard:
     """Reads a shard and records the delivery (who saw which version)."""
+    if Lease.objects.due().exists():  # a read never shows what an expired lease held
+        leases_expire_due()
     shard = shard_get(shard_id)
     shard.value = shard_current_value(shard)
     recorder.record(agent_id=reader, shard_id=shard.id, version=shard.version)
@@ -237,6 +241,7 @@ def shard_commit(
     new_value: Any,
     read_set: dict[str, int] | None = None,
     approval_id: str | None = None,
+    fence: int | None = None,
 ) -> CommitResult:
     """Commit to a decision shard: exactly one commit wins per version.
     ``shard`` supplies the rules (``shard_get(..., payload=False)``); the version
@@ -258,6 +263,8 @@ def shard_commit(
 
     rejection: ApiError | None = None
     with audited_transaction() as audit:
+        leases_expire_due(audit=audit)
+        fence_check(shard_ids={shard_id}, fence=fence)
         stale = read_set_stale_entries(read_set or {})
         if stale:
             rejection = ApiError(
@@ -372,53 +379,65 @@ def _additive_apply(
     op_json: dict[str, Any] | None,
     origin: str = "",
 ) -> CommitResult | None:
-    """The CRDT merge: one change applied to the shard's Doc under the write lock,
-    its update logged in the acknowledging transaction, then pushed to Yjs clients.
-    ``op_json`` None means a raw Yjs update (logged as such)."""
-    shard_id = shard.id
     with audited_transaction() as audit:
-        # Re-read under the write lock: the database is the only truth.
-        row = Shard.objects.filter(pk=shard_id).values("version", "crdt_state_version").first()
-        if row is None:
-            raise ApiError(404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id)
-        loaded = crdt_store.load(shard_id, shard.crdt_type, row["version"])
-        crdt_store.forget(shard_id)  # the Doc changes in place below; re-cached on commit
-        update, value = change(loaded.doc, loaded.value)
-        if update is None:
-            return None  # left uncached: the Doc may hold the update's pending parts
-        value_validate(shard.value_schema, value)
-        if op_json is None:
-            op_json = crdt.yjs_op(update)
-        version = row["version"] + 1
-        CrdtUpdate.objects.create(shard_id=shard_id, version=version, update=update, op=op_json)
-        fields: dict[str, Any] = {
-            "version": version,
-            "updated_by": actor.agent_id,
-            "updated_at": timezone.now(),
-        }
-        if version - row["crdt_state_version"] >= crdt_store.COMPACT_EVERY:
-            fields.update(
-                crdt_state=loaded.doc.get_update(), crdt_state_version=version, value=value
-            )
-        Shard.objects.filter(pk=shard_id).update(**fields)
-        entry = audit.append(
-            action=AuditAction.SHARD_COMMIT,
-            agent_id=actor.agent_id,
-            key_prefix=actor.key_prefix,
-            shard_id=shard_id,
-            version_before=version - 1,
-            version_after=version,
-            value=op_json,
-            details={"crdt_type": shard.crdt_type},
+        return additive_apply_locked(
+            audit=audit, actor=actor, shard=shard, change=change, op_json=op_json, origin=origin
         )
-        fresh = crdt_store.Loaded(version, loaded.doc, value)
 
-        def after_commit() -> None:
-            crdt_store.remember(shard_id, fresh)
-            push.crdt_update_push(shard_id=shard_id, update=update, origin=origin)
-            push.shard_changed(shard_id=shard_id, version=version, committed_by=actor.agent_id)
 
-        transaction.on_commit(after_commit)
+def additive_apply_locked(
+    *,
+    audit: AuditWriter,
+    actor: Actor,
+    shard: Shard,
+    change: Callable[[Any, Any], tuple[bytes | None, Any]],
+    op_json: dict[str, Any] | None,
+    origin: str = "",
+) -> CommitResult | None:
+    """The CRDT merge: one change applied to the shard's Doc under the write lock
+    (the caller's audited transaction), its update logged in that transaction,
+    then pushed to Yjs clients. ``op_json`` None means a raw Yjs update."""
+    shard_id = shard.id
+    # Re-read under the write lock: the database is the only truth.
+    row = Shard.objects.filter(pk=shard_id).values("version", "crdt_state_version").first()
+    if row is None:
+        raise ApiError(404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id)
+    loaded = crdt_store.load(shard_id, shard.crdt_type, row["version"])
+    crdt_store.forget(shard_id)  # the Doc changes in place below; re-cached on commit
+    update, value = change(loaded.doc, loaded.value)
+    if update is None:
+        return None  # left uncached: the Doc may hold the update's pending parts
+    value_validate(shard.value_schema, value)
+    if op_json is None:
+        op_json = crdt.yjs_op(update)
+    version = row["version"] + 1
+    CrdtUpdate.objects.create(shard_id=shard_id, version=version, update=update, op=op_json)
+    fields: dict[str, Any] = {
+        "version": version,
+        "updated_by": actor.agent_id,
+        "updated_at": timezone.now(),
+    }
+    if version - row["crdt_state_version"] >= crdt_store.COMPACT_EVERY:
+        fields.update(crdt_state=loaded.doc.get_update(), crdt_state_version=version, value=value)
+    Shard.objects.filter(pk=shard_id).update(**fields)
+    entry = audit.append(
+        action=AuditAction.SHARD_COMMIT,
+        agent_id=actor.agent_id,
+        key_prefix=actor.key_prefix,
+        shard_id=shard_id,
+        version_before=version - 1,
+        version_after=version,
+        value=op_json,
+        details={"crdt_type": shard.crdt_type},
+    )
+    fresh = crdt_store.Loaded(version, loaded.doc, value)
+
+    def after_commit() -> None:
+        crdt_store.remember(shard_id, fresh)
+        push.crdt_update_push(shard_id=shard_id, update=update, origin=origin)
+        push.shard_changed(shard_id=shard_id, version=version, committed_by=actor.agent_id)
+
+    transaction.on_commit(after_commit)
     return CommitResult(version, value, entry.pk)
 
 

@@ -1,5 +1,7 @@
 from celery import shared_task
 
+from .idempotency import idempotency_prune
+from .leases import leases_expire_due
 from .metrics import samples_prune
 from .services import delivery_prune
 
@@ -12,3 +14,13 @@ def prune_delivery_log() -> int:
 @shared_task
 def prune_metric_samples() -> int:
     return samples_prune()
+
+
+@shared_task
+def expire_leases() -> int:
+    return leases_expire_due()
+
+
+@shared_task
+def prune_idempotency_records() -> int:
+    return idempotency_prune()

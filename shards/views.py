@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import metrics, services
+from . import leases, metrics, services
 from .auth import Principal, shard_scope_check
 from .errors import ApiError
 from .models import AuditEntry, Shard, ShardType
@@ -138,6 +138,7 @@ class ShardCommitView(APIView):
             new_value=data["new_value"],
             read_set=data["read_set"],
             approval_id=data.get("approval_id"),
+            fence=data.get("fence"),
         )
         return Response(result.as_dict())
 
@@ -164,6 +165,49 @@ class AuditListView(APIView):
                 entries = entries.filter(**{field: query[field]})
         page = entries.order_by("id")[: query["limit"]]
         return Response([audit_data(e) for e in page])
+
+
+class TxnView(APIView):
+    """Compare-and-set over one or more shards: each operation's shard is checked
+    against the key's permissions and scope inside the service."""
+
+    @extend_schema(request=dict, responses=dict)
+    def post(self, request: Request) -> Response:
+        from .txn import txn_apply
+
+        return Response(txn_apply(actor=actor_of(request), key=request.user.key, body=request.data))
+
+
+class LeaseListView(APIView):
+    required_permissions = {"POST": WRITE}
+
+    @extend_schema(request=dict, responses={201: dict})
+    def post(self, request: Request) -> Response:
+        body = request.data if isinstance(request.data, dict) else {}
+        lease = leases.lease_grant(
+            holder=request.user.agent_id,
+            key_prefix=request.user.key.prefix,
+            ttl_seconds=body.get("ttl_seconds"),
+        )
+        return Response(leases.lease_data(lease), status=201)
+
+
+class LeaseDetailView(APIView):
+    required_permissions = {"DELETE": WRITE}
+
+    @extend_schema(responses={204: OpenApiResponse(description="Revoked")})
+    def delete(self, request: Request, lease_id: str) -> Response:
+        leases.lease_revoke(lease_id=lease_id, holder=request.user.agent_id)
+        return Response(status=204)
+
+
+class LeaseKeepAliveView(APIView):
+    required_permissions = {"POST": WRITE}
+
+    @extend_schema(request=None, responses=dict)
+    def post(self, request: Request, lease_id: str) -> Response:
+        lease = leases.lease_keepalive(lease_id=lease_id, holder=request.user.agent_id)
+        return Response(leases.lease_data(lease))
 
 
 class MetricsView(APIView):

@@ -13,16 +13,35 @@ from django.contrib.staticfiles.handlers import StaticFilesHandler  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from shards.consumers import AgentConsumer, LiveConsumer  # noqa: E402
+from shards.watch import WatchEvents  # noqa: E402
 from shards.yjs import ShardYjsConsumer  # noqa: E402
 
 from .wsgi_bridge import PooledWsgiToAsgi  # noqa: E402
+
+
+class WatchOrWsgi:
+    """/api/watch streams (server-sent events) in ASGI; everything else is the
+    pooled WSGI app, which answers with whole responses."""
+
+    def __init__(self, wsgi: PooledWsgiToAsgi) -> None:
+        self.wsgi = wsgi
+        self.watch = WatchEvents()
+
+    async def __call__(self, scope: dict, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/api/watch":
+            await self.watch(scope, receive, send)
+        else:
+            await self.wsgi(scope, receive, send)
+
 
 application = ProtocolTypeRouter(
     {
         # Static files (admin, console assets) straight from the app folders: the
         # pages are low-traffic and this spares a collectstatic step and a proxy.
-        "http": PooledWsgiToAsgi(
-            StaticFilesHandler(django_wsgi_app), threads=settings.ZEROLOCK_HTTP_THREADS
+        "http": WatchOrWsgi(
+            PooledWsgiToAsgi(
+                StaticFilesHandler(django_wsgi_app), threads=settings.ZEROLOCK_HTTP_THREADS
+            )
         ),
         # Agents authenticate with their API key, not a cookie, so there is no
         # cross-site risk to guard with an Origin check on their sockets.

@@ -82,6 +82,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "shards.errors.ApiErrorEnvelopeMiddleware",
     "shards.middleware.RateLimitMiddleware",
+    "shards.idempotency.IdempotencyMiddleware",
 ]
 
 ROOT_URLCONF = "zerolock_site.urls"
@@ -193,6 +194,14 @@ CELERY_BEAT_SCHEDULE = {
     "expire-approvals": {
         "task": "approvals.tasks.expire_approvals",
         "schedule": 2.0,
+    },
+    "expire-leases": {
+        "task": "shards.tasks.expire_leases",
+        "schedule": 1.0,
+    },
+    "prune-idempotency-records": {
+        "task": "shards.tasks.prune_idempotency_records",
+        "schedule": 3600.0,
     },
     "prune-metric-samples": {
         "task": "shards.tasks.prune_metric_samples",
