@@ -1,0 +1,90 @@
+"""Approval gates from the agent's side: ask, wait for a human, or decide."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from typing import Any
+
+import websockets
+
+from .client import ZeroLockClient
+from .models import Approval
+
+
+class ApprovalClient:
+    """``async with ApprovalClient(url, agent_id="executor", api_key=KEY) as approvals: ...``
+    ``approvals.client`` is the underlying ZeroLockClient."""
+
+    def __init__(self, base_url: str, *, agent_id: str, api_key: str = "", **options: Any) -> None:
+        self.client = ZeroLockClient(base_url, agent_id=agent_id, api_key=api_key, **options)
+
+    async def __aenter__(self) -> ApprovalClient:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.client.close()
+
+    async def request_approval(
+        self,
+        shard_id: str,
+        proposed_value: Any,
+        expected_version: int,
+        description: str,
+        *,
+        ttl_seconds: int = 3600,
+    ) -> Approval:
+        return await self.client.request_approval(
+            shard_id, proposed_value, expected_version, description, ttl_seconds=ttl_seconds
+        )
+
+    async def wait_for_approval(
+        self, approval_id: str, *, timeout_seconds: float = 3600, poll_seconds: float = 5.0
+    ) -> Approval:
+        """Until the approval is decided (committed, approved, rejected, expired):
+        the ``approval_decided`` push first, polling as the fallback."""
+        deadline = time.monotonic() + timeout_seconds
+        headers = {"X-API-Key": self.client.api_key, "X-Agent-Id": self.client.agent_id}
+        socket = None
+        with contextlib.suppress(OSError, websockets.InvalidHandshake, asyncio.TimeoutError):
+            socket = await asyncio.wait_for(
+                websockets.connect(self.client.ws_url, additional_headers=headers), timeout=5
+            )
+        try:
+            while True:
+                approval = await self.client.get_approval(approval_id)
+                if approval.is_decided:
+                    return approval
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"approval {approval_id} is still pending")
+                await self._next_push(socket, approval_id, min(poll_seconds, left))
+        finally:
+            if socket is not None:
+                await socket.close()
+
+    @staticmethod
+    async def _next_push(socket: Any, approval_id: str, wait: float) -> None:
+        if socket is None:
+            await asyncio.sleep(wait)
+            return
+        end = time.monotonic() + wait
+        with contextlib.suppress(asyncio.TimeoutError, websockets.ConnectionClosed):
+            while (left := end - time.monotonic()) > 0:
+                event = json.loads(await asyncio.wait_for(socket.recv(), timeout=left))
+                if (
+                    event.get("type") == "approval_decided"
+                    and event.get("approval_id") == approval_id
+                ):
+                    return
+
+    async def list_pending_approvals(self, **filters: Any) -> list[Approval]:
+        return await self.client.list_approvals(status="pending", **filters)
+
+    async def approve(self, approval_id: str, reason: str = "") -> Approval:
+        return await self.client.approve(approval_id, reason)
+
+    async def reject(self, approval_id: str, reason: str) -> Approval:
+        return await self.client.reject(approval_id, reason)

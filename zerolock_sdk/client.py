@@ -1,0 +1,287 @@
+"""The ZeroLock client: a thin, stateless wrapper over the REST API.
+
+Every correctness decision stays on the server; the client turns answers into
+typed results and errors into exceptions. 429 is retried (honouring
+Retry-After, bounded); nothing else is retried behind the caller's back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from .errors import RateLimitedError, ZeroLockError, error_from
+from .models import Approval, CommitResult, CreateShardOptions, Lease, Shard, TxnResult
+
+
+class ZeroLockClient:
+    """``async with ZeroLockClient(url, agent_id="planner", api_key=KEY) as zl: ...``"""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        agent_id: str = "",
+        api_key: str = "",
+        timeout: float = 30.0,
+        max_rate_limit_retries: int = 3,
+        max_retry_wait: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.agent_id = agent_id
+        self.api_key = api_key
+        self.max_rate_limit_retries = max_rate_limit_retries
+        self.max_retry_wait = max_retry_wait
+        headers = {"X-API-Key": api_key} if api_key else {}
+        if agent_id:
+            headers["X-Agent-Id"] = agent_id
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+        )
+        self.requests_sent = 0
+
+    async def __aenter__(self) -> ZeroLockClient:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    # --- plumbing ------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        for attempt in range(self.max_rate_limit_retries + 1):
+            self.requests_sent += 1
+            response = await self._http.request(
+                method, path, json=json_body, params=params, headers=headers
+            )
+            if response.status_code == 204:
+                return None
+            try:
+                body = response.json()
+            except ValueError:
+                body = None
+            if response.is_success:
+                return body
+            error = error_from(response.status_code, body, response.headers.get("Retry-After"))
+            if isinstance(error, RateLimitedError) and attempt < self.max_rate_limit_retries:
+                await asyncio.sleep(min(error.retry_after, self.max_retry_wait))
+                continue
+            raise error
+        raise AssertionError("unreachable")
+
+    # --- shards -------------------------------------------------------------------
+
+    async def create_shard(self, shard_id: str, options: CreateShardOptions | None = None) -> Shard:
+        body = (options or CreateShardOptions()).body(shard_id)
+        return Shard.from_json(await self.request("POST", "/api/shards", json_body=body))
+
+    async def get_shard(self, shard_id: str) -> Shard:
+        return Shard.from_json(await self.request("GET", f"/api/shards/{shard_id}"))
+
+    async def list_shards(self, *, prefix: str = "", type: str = "") -> list[Shard]:
+        params = {k: v for k, v in {"prefix": prefix, "type": type}.items() if v}
+        shards, path = [], "/api/shards"
+        while path:
+            page = await self.request("GET", path, params=params)
+            shards += [Shard.from_json(s) for s in page["results"]]
+            path, params = (page["next"] or "").replace(self.base_url, ""), None
+        return shards
+
+    async def commit(
+        self,
+        shard_id: str,
+        expected_version: int,
+        new_value: Any,
+        *,
+        read_set: dict[str, int] | None = None,
+        approval_id: str | None = None,
+        fence: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> CommitResult:
+        body: dict[str, Any] = {"expected_version": expected_version, "new_value": new_value}
+        if read_set:
+            body["read_set"] = read_set
+        if approval_id:
+            body["approval_id"] = approval_id
+        if fence is not None:
+            body["fence"] = fence
+        data = await self.request(
+            "POST",
+            f"/api/shards/{shard_id}/commit",
+            json_body=body,
+            idempotency_key=idempotency_key,
+        )
+        return CommitResult.from_json(data)
+
+    async def _additive(self, shard_id: str, body: dict[str, Any], key: str | None) -> CommitResult:
+        data = await self.request(
+            "POST", f"/api/shards/{shard_id}/commit", json_body=body, idempotency_key=key
+        )
+        return CommitResult.from_json(data)
+
+    async def append(
+        self, shard_id: str, items: list[Any], *, idempotency_key: str | None = None
+    ) -> CommitResult:
+        """Appends to an additive array shard (never stale)."""
+        return await self._additive(shard_id, {"append": list(items)}, idempotency_key)
+
+    async def patch_map(
+        self, shard_id: str, patch: dict[str, Any], *, idempotency_key: str | None = None
+    ) -> CommitResult:
+        """Sets keys of an additive map shard (``None`` deletes a key)."""
+        return await self._additive(shard_id, {"new_value": patch}, idempotency_key)
+
+    async def text_delta(
+        self, shard_id: str, delta: list[dict[str, Any]], *, idempotency_key: str | None = None
+    ) -> CommitResult:
+        """Applies a Quill/Yjs delta to an additive text shard."""
+        return await self._additive(shard_id, {"delta": list(delta)}, idempotency_key)
+
+    async def history(self, shard_id: str) -> list[dict[str, Any]]:
+        return await self.request("GET", f"/api/shards/{shard_id}/history")
+
+    async def delete_shard(self, shard_id: str) -> None:
+        await self.request("DELETE", f"/api/shards/{shard_id}")
+
+    # --- approvals ----------------------------------------------------------------
+
+    async def request_approval(
+        self,
+        shard_id: str,
+        proposed_value: Any,
+        expected_version: int,
+        description: str,
+        *,
+        ttl_seconds: int = 3600,
+    ) -> Approval:
+        body = {
+            "shard_id": shard_id,
+            "proposed_value": proposed_value,
+            "expected_version": expected_version,
+            "description": description,
+            "ttl_seconds": ttl_seconds,
+        }
+        return Approval.from_json(
+            await self.request("POST", "/api/approvals/request", json_body=body)
+        )
+
+    async def list_approvals(
+        self, *, status: str = "", shard_id: str = "", requested_by: str = ""
+    ) -> list[Approval]:
+        params = {"status": status, "shard_id": shard_id, "requested_by": requested_by}
+        params = {k: v for k, v in params.items() if v}
+        approvals, path = [], "/api/approvals"
+        while path:
+            page = await self.request("GET", path, params=params)
+            approvals += [Approval.from_json(a) for a in page["results"]]
+            path, params = (page["next"] or "").replace(self.base_url, ""), None
+        return approvals
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        return Approval.from_json(await self.request("GET", f"/api/approvals/{approval_id}"))
+
+    async def approve(self, approval_id: str, reason: str = "") -> Approval:
+        data = await self.request(
+            "POST", f"/api/approvals/{approval_id}/approve", json_body={"reason": reason}
+        )
+        return Approval.from_json(data)
+
+    async def reject(self, approval_id: str, reason: str) -> Approval:
+        data = await self.request(
+            "POST", f"/api/approvals/{approval_id}/reject", json_body={"reason": reason}
+        )
+        return Approval.from_json(data)
+
+    # --- transactions, leases, watch ------------------------------------------------
+
+    async def txn(
+        self,
+        *,
+        compare: list[dict[str, Any]] | None = None,
+        success: list[dict[str, Any]] | None = None,
+        failure: list[dict[str, Any]] | None = None,
+        fence: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> TxnResult:
+        body: dict[str, Any] = {
+            "compare": compare or [],
+            "success": success or [],
+            "failure": failure or [],
+        }
+        if fence is not None:
+            body["fence"] = fence
+        data = await self.request(
+            "POST", "/api/txn", json_body=body, idempotency_key=idempotency_key
+        )
+        return TxnResult.from_json(data)
+
+    async def grant_lease(self, ttl_seconds: int) -> Lease:
+        data = await self.request("POST", "/api/leases", json_body={"ttl_seconds": ttl_seconds})
+        return Lease.from_json(data)
+
+    async def keepalive(self, lease_id: str) -> Lease:
+        return Lease.from_json(await self.request("POST", f"/api/leases/{lease_id}/keepalive"))
+
+    async def revoke_lease(self, lease_id: str) -> None:
+        await self.request("DELETE", f"/api/leases/{lease_id}")
+
+    async def watch(
+        self, *, prefix: str = "", since: int | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every change under ``prefix`` after revision ``since``, then live ones
+        (server-sent events; resume with the last ``revision`` you saw)."""
+        params: dict[str, Any] = {"prefix": prefix}
+        if since is not None:
+            params["since"] = since
+        async with self._http.stream("GET", "/api/watch", params=params, timeout=None) as response:
+            if response.status_code != 200:
+                body = json.loads(await response.aread() or b"null")
+                raise error_from(response.status_code, body)
+            data = None
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    data = json.loads(line[6:])
+                elif line == "" and data is not None:
+                    yield data
+                    data = None
+
+    # --- the rest -------------------------------------------------------------------
+
+    async def audit(self, **filters: Any) -> list[dict[str, Any]]:
+        return await self.request(
+            "GET", "/api/audit", params={k: v for k, v in filters.items() if v}
+        )
+
+    async def metrics(self) -> dict[str, Any]:
+        return await self.request("GET", "/api/metrics")
+
+    async def ws_metrics(self) -> dict[str, Any]:
+        return await self.request("GET", "/api/metrics/ws")
+
+    async def health(self) -> dict[str, Any]:
+        try:
+            return await self.request("GET", "/api/health")
+        except ZeroLockError as error:
+            return {"status": "degraded", **error.details}
+
+    @property
+    def ws_url(self) -> str:
+        return (
+            self.base_url.replace("https://", "wss://").replace("http://", "ws://") + "/ws/agents/"
+        )

@@ -1,0 +1,133 @@
+"""Typed results. Each keeps the server's JSON in ``raw`` for fields added later."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CreateShardOptions:
+    type: str = "decision"  # or "additive"
+    crdt_type: str | None = None  # map, array or text, for additive shards
+    initial_value: Any = None
+    reversible: bool = True
+    value_schema: dict[str, Any] | None = None
+    owner_policy: str = "single-writer"
+    owners: list[str] = field(default_factory=list)
+    approvals_required: int = 1
+
+    def body(self, shard_id: str) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "id": shard_id,
+            "type": self.type,
+            "initial_value": self.initial_value,
+            "reversible": self.reversible,
+            "owner_policy": self.owner_policy,
+            "owners": list(self.owners),
+            "approvals_required": self.approvals_required,
+        }
+        if self.crdt_type:
+            body["crdt_type"] = self.crdt_type
+        if self.value_schema is not None:
+            body["value_schema"] = self.value_schema
+        return body
+
+
+@dataclass(frozen=True)
+class Shard:
+    id: str
+    type: str
+    value: Any
+    version: int
+    crdt_type: str | None = None
+    reversible: bool = True
+    updated_by: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Shard:
+        return cls(
+            id=data["id"],
+            type=data["type"],
+            value=data.get("value"),
+            version=data["version"],
+            crdt_type=data.get("crdt_type"),
+            reversible=data.get("reversible", True),
+            updated_by=data.get("updated_by", ""),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    version: int
+    value: Any
+    audit_entry_id: int
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CommitResult:
+        return cls(data["version"], data.get("value"), data["audit_entry_id"])
+
+
+@dataclass(frozen=True)
+class Approval:
+    id: str
+    shard_id: str
+    status: str
+    description: str
+    requested_by: str
+    proposed_value: Any
+    expected_version: int
+    commit: dict[str, Any] | None = None
+    reason: str = ""
+    decided_by: str = ""
+    stale: bool = False
+    diff: list[dict[str, Any]] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def is_decided(self) -> bool:
+        return self.status != "pending"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Approval:
+        return cls(
+            id=data["id"],
+            shard_id=data["shard_id"],
+            status=data["status"],
+            description=data.get("description", ""),
+            requested_by=data.get("requested_by", ""),
+            proposed_value=data.get("proposed_value"),
+            expected_version=data.get("expected_version", 0),
+            commit=data.get("commit"),
+            reason=data.get("reason", ""),
+            decided_by=data.get("decided_by", ""),
+            stale=data.get("stale", False),
+            diff=data.get("diff") or [],
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class TxnResult:
+    succeeded: bool
+    responses: list[dict[str, Any]]
+    versions: dict[str, int]
+    revision: int | None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TxnResult:
+        return cls(data["succeeded"], data["responses"], data["versions"], data.get("revision"))
+
+
+@dataclass(frozen=True)
+class Lease:
+    id: str
+    ttl_seconds: int
+    expires_at: str
+    fence: int
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Lease:
+        return cls(data["lease_id"], data["ttl_seconds"], data["expires_at"], data["fence"])

@@ -1,0 +1,135 @@
+"""Task claiming on a decision shard: ``{"task-id": {"status": "pending", ...}}``.
+
+With the server's transaction endpoint a claim is one request that wins or says
+who holds the task. Against a server without it, the reference protocol runs
+instead: write with the version read, wait, re-read, decide."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from .client import ZeroLockClient
+from .errors import NotFoundError, StaleCommitError
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    task_id: str
+    claimed: bool
+    holder: str | None
+    task: dict[str, Any] | None = None
+
+
+async def get_pending_tasks(client: ZeroLockClient, shard_id: str) -> list[str]:
+    shard = await client.get_shard(shard_id)
+    return sorted(t for t, v in (shard.value or {}).items() if v.get("status") == "pending")
+
+
+async def claim_task(
+    client: ZeroLockClient,
+    shard_id: str,
+    task_id: str,
+    agent_id: str | None = None,
+    *,
+    lease_id: str | None = None,
+) -> ClaimResult:
+    agent = agent_id or client.agent_id
+    holder_op: dict[str, Any] = {
+        "op": "put",
+        "shard_id": shard_id,
+        "path": [task_id, "holder"],
+        "value": agent,
+    }
+    if lease_id:
+        holder_op["lease_id"] = lease_id
+    try:
+        result = await client.txn(
+            compare=[
+                {"shard_id": shard_id, "path": [task_id, "status"], "op": "==", "value": "pending"}
+            ],
+            success=[
+                {
+                    "op": "put",
+                    "shard_id": shard_id,
+                    "path": [task_id, "status"],
+                    "value": "claimed",
+                },
+                holder_op,
+            ],
+            failure=[{"op": "get", "shard_id": shard_id, "path": [task_id]}],
+        )
+    except NotFoundError as error:
+        if error.code == "SHARD_NOT_FOUND":
+            raise
+        return await _claim_by_rereading(client, shard_id, task_id, agent)
+    if result.succeeded:
+        return ClaimResult(task_id, True, agent)
+    task = result.responses[0].get("value") or None
+    return ClaimResult(task_id, False, (task or {}).get("holder"), task)
+
+
+async def _claim_by_rereading(
+    client: ZeroLockClient, shard_id: str, task_id: str, agent: str, wait: float = 0.05
+) -> ClaimResult:
+    """write -> wait -> re-read -> decide (the reference design's protocol)."""
+    while True:
+        shard = await client.get_shard(shard_id)
+        task = dict((shard.value or {}).get(task_id) or {})
+        if task.get("status") != "pending":
+            return ClaimResult(task_id, task.get("holder") == agent, task.get("holder"), task)
+        value = dict(shard.value)
+        value[task_id] = {**task, "status": "claimed", "holder": agent}
+        try:
+            await client.commit(shard_id, shard.version, value)
+        except StaleCommitError:
+            continue
+        await asyncio.sleep(wait)
+        check = (await client.get_shard(shard_id)).value[task_id]
+        return ClaimResult(task_id, check.get("holder") == agent, check.get("holder"), check)
+
+
+async def _finish(
+    client: ZeroLockClient, shard_id: str, task_id: str, status: str, extra: dict[str, Any]
+) -> bool:
+    result = await client.txn(
+        compare=[
+            {
+                "shard_id": shard_id,
+                "path": [task_id, "holder"],
+                "op": "==",
+                "value": client.agent_id,
+            }
+        ],
+        success=[
+            {"op": "put", "shard_id": shard_id, "path": [task_id, "status"], "value": status},
+            *(
+                {"op": "put", "shard_id": shard_id, "path": [task_id, k], "value": v}
+                for k, v in extra.items()
+            ),
+        ],
+    )
+    return result.succeeded
+
+
+async def complete_task(
+    client: ZeroLockClient, shard_id: str, task_id: str, result: Any = None
+) -> bool:
+    """Marks a task you hold done; False if you do not hold it (any more)."""
+    return await _finish(
+        client, shard_id, task_id, "done", {"result": result} if result is not None else {}
+    )
+
+
+async def fail_task(
+    client: ZeroLockClient, shard_id: str, task_id: str, error: str = "", retry: bool = True
+) -> bool:
+    """Gives a task back (pending again) or marks it failed."""
+    status = "pending" if retry else "failed"
+    ok = await _finish(client, shard_id, task_id, status, {"error": error} if error else {})
+    if ok and retry:
+        await client.txn(
+            success=[{"op": "delete", "shard_id": shard_id, "path": [task_id, "holder"]}]
+        )
+    return ok
