@@ -48,9 +48,7 @@ async def latency(url: str, key: str, subscribers: int, commits: int) -> dict:
         await client.post(
             "/api/shards", json={"id": shard_id, "type": "decision", "initial_value": 0}
         )
-        sockets = [
-            await connect(ws_url, key, f"sub-{n}", [shard_id]) for n in range(subscribers)
-        ]
+        sockets = [await connect(ws_url, key, f"sub-{n}", [shard_id]) for n in range(subscribers)]
         arrivals: dict[int, list[float]] = {}
 
         async def listen(socket) -> None:
