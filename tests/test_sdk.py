@@ -40,7 +40,7 @@ def a_key(*permissions: str, **options) -> str:
 
 
 def test_shards_commits_and_typed_errors(live_server_url):
-    key = a_key()
+    key, reader_key = a_key(), a_key("shard:read")
 
     async def scenario() -> None:
         async with ZeroLockClient(live_server_url, agent_id="planner", api_key=key) as zl:
@@ -72,9 +72,7 @@ def test_shards_commits_and_typed_errors(live_server_url):
         async with ZeroLockClient(live_server_url, api_key="zl_nope.nope") as stranger:
             with pytest.raises(AuthenticationError):
                 await stranger.get_shard("plan")
-        async with ZeroLockClient(
-            live_server_url, agent_id="r", api_key=a_key("shard:read")
-        ) as reader:
+        async with ZeroLockClient(live_server_url, agent_id="r", api_key=reader_key) as reader:
             with pytest.raises(PermissionDeniedError):
                 await reader.commit("plan", 2, {})
 
