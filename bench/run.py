@@ -162,6 +162,7 @@ class Server:
     api_key: str
     proc: subprocess.Popen[bytes]
     log_path: Path
+    env: dict[str, str]
 
 
 def wait_healthy(server: Server) -> None:
@@ -213,7 +214,7 @@ def running_server(server_name: str, db: str, keep_data: bool) -> Iterator[Serve
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        server = Server(server_name, db, f"http://127.0.0.1:{port}", api_key, proc, log_path)
+        server = Server(server_name, db, f"http://127.0.0.1:{port}", api_key, proc, log_path, env)
         wait_healthy(server)
         log(f"{server_name} is up")
         yield server

@@ -34,6 +34,7 @@ from .models import (
     Shard,
     ShardType,
 )
+from .rejections import rejections
 
 
 @dataclass(frozen=True)
@@ -260,10 +261,11 @@ def shard_commit(
         _audit_rejection(actor, shard_id, expected_version, refusal)
         raise
     value_validate(shard.value_schema, new_value)
+    _stale_precheck(actor, shard_id, expected_version, new_value)
 
     rejection: ApiError | None = None
+    leases_expire_due()  # usually one indexed "any due?" query, outside the write lock
     with audited_transaction() as audit:
-        leases_expire_due(audit=audit)
         fence_check(shard_ids={shard_id}, fence=fence)
         stale = read_set_stale_entries(read_set or {})
         if stale:
@@ -312,14 +314,7 @@ def shard_commit(
                     404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id
                 )
             else:
-                rejection = ApiError(
-                    409,
-                    "STALE_VERSION",
-                    f"Version {expected_version} is not current (current is {current['version']}).",
-                    expected_version=expected_version,
-                    current_version=current["version"],
-                    current_value=current["value"],
-                )
+                rejection = _stale_error(expected_version, current)
                 transaction.on_commit(
                     lambda: push.conflict_notify(
                         agent_id=actor.agent_id,
@@ -331,6 +326,41 @@ def shard_commit(
                 )
         _append_rejection(audit, actor, shard_id, expected_version, rejection)
     raise rejection
+
+
+def _stale_precheck(actor: Actor, shard_id: str, expected_version: int, new_value: Any) -> None:
+    """Versions only grow: if the shard is already past ``expected_version`` the
+    commit is doomed, and it is refused without queueing for the write lock."""
+    current = Shard.objects.filter(pk=shard_id).values("version", "value").first()
+    if current is None or current["version"] == expected_version:
+        return  # decided under the lock, as before
+    rejection = _stale_error(expected_version, current)
+    rejections.record(
+        agent_id=actor.agent_id,
+        key_prefix=actor.key_prefix,
+        shard_id=shard_id,
+        expected=expected_version,
+        code=rejection.code,
+    )
+    push.conflict_notify(
+        agent_id=actor.agent_id,
+        shard_id=shard_id,
+        version=current["version"],
+        winning=current["value"],
+        rejected=new_value,
+    )
+    raise rejection
+
+
+def _stale_error(expected_version: int, current: dict[str, Any]) -> ApiError:
+    return ApiError(
+        409,
+        "STALE_VERSION",
+        f"Version {expected_version} is not current (current is {current['version']}).",
+        expected_version=expected_version,
+        current_version=current["version"],
+        current_value=current["value"],
+    )
 
 
 def additive_commit(*, actor: Actor, shard: Shard, body: dict[str, Any]) -> CommitResult:

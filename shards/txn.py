@@ -245,8 +245,8 @@ def txn_apply(*, actor: Actor, key: Any, body: Any) -> dict[str, Any]:
     """Parses and applies one transaction; all of it or nothing."""
     txn = txn_parse(body)
     _permissions_check(key, txn)
+    leases_expire_due()  # what expired leases held is gone before the compares
     with audited_transaction() as audit:
-        leases_expire_due(audit=audit)  # what expired leases held is gone first
         shards = {s.id: s for s in Shard.objects.filter(pk__in=txn.shard_ids)}
         values = {sid: _value_of(s) for sid, s in shards.items()}
         succeeded = all(

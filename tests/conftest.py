@@ -151,5 +151,6 @@ def _deliveries_written_inline(settings) -> None:
     server keeps the default write-behind recorder."""
     settings.ZEROLOCK_DELIVERY_WRITE_BEHIND = False
     settings.ZEROLOCK_METRICS_WRITE_BEHIND = False
+    settings.ZEROLOCK_REJECTION_WRITE_BEHIND = False
     # The whole suite comes from one address; rate-limit tests set their own limits.
     settings.ZEROLOCK_RATE_LIMIT_PER_MINUTE = settings.ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE = 10**8
