@@ -18,6 +18,7 @@ import asyncio
 import json
 import sys
 import time
+import uuid
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -104,7 +105,7 @@ async def txn_worker(client, shard_id, index, agents, requests, claims) -> None:
 
 
 async def run(url: str, key: str, method: str, agents: int) -> dict:
-    shard_id = f"bench-{method}-{agents}"
+    shard_id = f"bench-{method}-{agents}-{uuid.uuid4().hex[:6]}"
     requests: Counter = Counter()
     claims: dict[str, list[str]] = {t: [] for t in TASKS}
     worker = reread_worker if method == "write-wait-reread" else txn_worker

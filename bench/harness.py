@@ -66,7 +66,7 @@ async def lost_updates(url: str, key: str, agents: int = 50, rounds: int = 10) -
     async def occ(n: int) -> None:
         async with client(url, key, f"a{n}") as c:
             for _ in range(rounds):
-                delay = 0.005
+                delay = 0.05
                 while True:
                     shard = (await c.get("/api/shards/h-occ")).json()
                     r = await c.post(
@@ -79,7 +79,7 @@ async def lost_updates(url: str, key: str, agents: int = 50, rounds: int = 10) -
                     if r.status_code == 200:
                         break
                     await asyncio.sleep(random.uniform(0, delay))
-                    delay = min(delay * 2, 0.5)
+                    delay = min(delay * 2, 2.0)
 
     await asyncio.gather(*(naive(n) for n in range(agents)))
     await asyncio.gather(*(occ(n) for n in range(agents)))
@@ -313,7 +313,10 @@ def main() -> int:
             ("byzantine", lambda: byzantine(url, keys)),
         ):
             log(f"scenario {name}")
-            rows += asyncio.run(scenario())
+            found = asyncio.run(scenario())
+            for row in found:
+                log(f"  {json.dumps(row)}")
+            rows += found
     columns = [
         "scenario",
         "variant",
