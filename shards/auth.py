@@ -88,6 +88,17 @@ def key_rate_check(request: Request, key: ApiKey) -> None:
         raise rate_limited_error(state, "this key")
 
 
+def permission_check(key: ApiKey, permission: str) -> None:
+    """403 PERMISSION_DENIED naming the permission the key lacks."""
+    if not key.has_permission(permission):
+        raise ApiError(
+            403,
+            "PERMISSION_DENIED",
+            f"This key lacks the {permission!r} permission.",
+            permission=permission,
+        )
+
+
 def shard_scope_check(principal: Principal, shard_id: str) -> None:
     if not principal.key.allows_shard(shard_id):
         raise ApiError(
@@ -136,13 +147,8 @@ class HasKeyPermission(BasePermission):
         if not isinstance(principal, Principal):
             return False
         needed = getattr(view, "required_permissions", {}).get(request.method)
-        if needed and not principal.key.has_permission(needed):
-            raise ApiError(
-                403,
-                "PERMISSION_DENIED",
-                f"This key lacks the {needed!r} permission.",
-                permission=needed,
-            )
+        if needed:
+            permission_check(principal.key, needed)
         if request.method not in ("GET", "HEAD", "OPTIONS") and not principal.agent_id:
             raise ApiError(400, "AGENT_ID_REQUIRED", "Writes need the X-Agent-Id header.")
         if "shard_id" in view.kwargs:

@@ -14,7 +14,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from approvals.sweeper import ensure_sweeping
 
 from . import metrics, push
-from .auth import AGENT_ID_RE, key_from_raw, split_raw_key
+from .auth import AGENT_ID_RE, key_from_raw, permission_check, split_raw_key
 from .errors import ApiError
 from .keywatch import key_watch
 from .models import SHARD_ID_REGEX
@@ -189,8 +189,7 @@ def subscription_ids(content: dict[str, Any], key: Any) -> list[str]:
             f"shard_ids must be a list of 1-{MAX_SUBSCRIBE} shard ids.",
         )
     if key is not None:
-        if not key.has_permission("shard:read"):
-            raise ApiError(403, "PERMISSION_DENIED", "This key lacks the 'shard:read' permission.")
+        permission_check(key, "shard:read")
         outside = [s for s in shard_ids if not key.allows_shard(s)]
         if outside:
             raise ApiError(

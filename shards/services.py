@@ -331,9 +331,13 @@ def shard_commit(
 def _stale_precheck(actor: Actor, shard_id: str, expected_version: int, new_value: Any) -> None:
     """Versions only grow: if the shard is already past ``expected_version`` the
     commit is doomed, and it is refused without queueing for the write lock."""
-    current = Shard.objects.filter(pk=shard_id).values("version", "value").first()
-    if current is None or current["version"] == expected_version:
+    version = Shard.objects.filter(pk=shard_id).values_list("version", flat=True).first()
+    if version is None or version == expected_version:
         return  # decided under the lock, as before
+    # The value (possibly large) only for a refusal, which carries it.
+    current = Shard.objects.filter(pk=shard_id).values("version", "value").first()
+    if current is None:
+        return
     rejection = _stale_error(expected_version, current)
     rejections.record(
         agent_id=actor.agent_id,

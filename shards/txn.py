@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from . import crdt, metrics, push
 from .audit import audited_transaction
+from .auth import permission_check
 from .errors import ApiError
 from .leases import fence_check, lease_bind, leases_expire_due
 from .models import SHARD_ID_REGEX, AuditAction, CrdtType, Shard, ShardType
@@ -294,13 +295,7 @@ def _permissions_check(key: Any, txn: Txn) -> None:
     if writes:
         needed.add("shard:write")
     for permission in sorted(needed):
-        if not key.has_permission(permission):
-            raise ApiError(
-                403,
-                "PERMISSION_DENIED",
-                f"This key lacks the {permission!r} permission.",
-                permission=permission,
-            )
+        permission_check(key, permission)
     outside = sorted(s for s in txn.shard_ids if not key.allows_shard(s))
     if outside:
         raise ApiError(

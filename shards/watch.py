@@ -17,7 +17,7 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 
-from .auth import key_from_raw, split_raw_key
+from .auth import key_from_raw, permission_check, split_raw_key
 from .errors import ApiError
 from .models import AuditAction, AuditEntry
 
@@ -46,8 +46,7 @@ def change_data(entry: AuditEntry) -> dict[str, Any]:
 
 def watch_check(*, prefix: str, since: int, key: Any) -> None:
     """Refuses a watch that would miss changes or see shards outside the key's scope."""
-    if not key.has_permission("shard:read"):
-        raise ApiError(403, "PERMISSION_DENIED", "This key lacks the 'shard:read' permission.")
+    permission_check(key, "shard:read")
     if key.shard_prefixes and not any(prefix.startswith(p) for p in key.shard_prefixes):
         raise ApiError(
             403,

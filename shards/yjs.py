@@ -29,11 +29,11 @@ from pycrdt import (
 from pycrdt.websocket.django_channels_consumer import YjsConsumer, _WebsocketShim
 
 from . import crdt, crdt_store, push
-from .auth import AGENT_ID_RE, key_from_raw, split_raw_key
+from .auth import AGENT_ID_RE, key_from_raw, permission_check, split_raw_key
 from .consumers import agent_id_of, raw_key_of
 from .errors import ApiError
 from .keywatch import key_watch
-from .models import ApiKeyPermission, Shard, ShardType
+from .models import Shard, ShardType
 from .services import Actor, additive_update_apply, audit_auth_failure
 
 CLOSE_CODES = {400: 4400, 401: 4401, 403: 4403, 404: 4404}
@@ -52,8 +52,7 @@ def yjs_open(*, raw_key: str, agent_id: str, shard_id: str, path: str) -> tuple[
         raise ApiError(400, "VALIDATION_ERROR", "agent_id: 1-128 chars of [A-Za-z0-9_.:@-].")
     if agent_id and not key.allows_agent(agent_id):
         raise ApiError(403, "AGENT_NOT_ALLOWED", f"This key may not act as agent {agent_id!r}.")
-    if not key.has_permission(ApiKeyPermission.SHARD_READ):
-        raise ApiError(403, "PERMISSION_DENIED", "This key lacks the 'shard:read' permission.")
+    permission_check(key, "shard:read")
     if not key.allows_shard(shard_id):
         raise ApiError(403, "PERMISSION_DENIED", f"This key may not touch shard {shard_id!r}.")
     shard = Shard.objects.without_payload().filter(pk=shard_id).first()
@@ -169,8 +168,7 @@ class ShardYjsConsumer(YjsConsumer):
     def _apply(self, update: bytes) -> None:
         if crdt.is_empty_update(update):
             return
-        if not self.key.has_permission(ApiKeyPermission.SHARD_WRITE):
-            raise ApiError(403, "PERMISSION_DENIED", "This key lacks the 'shard:write' permission.")
+        permission_check(self.key, "shard:write")
         if not self.agent_id:
             raise ApiError(
                 400, "AGENT_ID_REQUIRED", "Writes need X-Agent-Id (or ?agent_id=) on connect."
