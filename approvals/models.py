@@ -8,6 +8,8 @@ from datetime import datetime
 from django.db import models
 from django.utils import timezone
 
+from shards.prefixes import scopes_q
+
 
 def new_approval_id() -> str:
     return f"apr_{secrets.token_hex(12)}"
@@ -44,12 +46,7 @@ class ApprovalQuerySet(models.QuerySet):
 
     def within_scopes(self, prefixes: list[str]) -> ApprovalQuerySet:
         """Approvals on shards a key scoped to these prefixes may see."""
-        if not prefixes:
-            return self
-        scope = models.Q()
-        for prefix in prefixes:
-            scope |= models.Q(shard_id__startswith=prefix)
-        return self.filter(scope)
+        return self.filter(scopes_q("shard_id", prefixes)) if prefixes else self
 
     def newest_first(self) -> ApprovalQuerySet:
         return self.order_by("-created_at", "-id")

@@ -5,6 +5,8 @@ from datetime import datetime
 from django.db import models
 from django.utils import timezone
 
+from .prefixes import prefix_q, scopes_q, within_prefixes
+
 SHARD_ID_REGEX = r"^[A-Za-z0-9_.:-]{1,128}$"
 
 
@@ -26,7 +28,7 @@ class OwnerPolicy(models.TextChoices):
 
 class ShardQuerySet(models.QuerySet):
     def with_prefix(self, prefix: str) -> ShardQuerySet:
-        return self.filter(id__startswith=prefix) if prefix else self
+        return self.filter(prefix_q("id", prefix)) if prefix else self
 
     def of_type(self, shard_type: str) -> ShardQuerySet:
         return self.filter(type=shard_type) if shard_type else self
@@ -37,12 +39,7 @@ class ShardQuerySet(models.QuerySet):
 
     def within_scopes(self, prefixes: list[str]) -> ShardQuerySet:
         """Shards a key scoped to these id prefixes may see (no prefixes: all)."""
-        if not prefixes:
-            return self
-        scope = models.Q()
-        for prefix in prefixes:
-            scope |= models.Q(id__startswith=prefix)
-        return self.filter(scope)
+        return self.filter(scopes_q("id", prefixes)) if prefixes else self
 
 
 class Shard(models.Model):
@@ -252,7 +249,7 @@ class ApiKey(models.Model):
         return not self.agent_ids or agent_id in self.agent_ids
 
     def allows_shard(self, shard_id: str) -> bool:
-        return not self.shard_prefixes or any(shard_id.startswith(p) for p in self.shard_prefixes)
+        return within_prefixes(shard_id, self.shard_prefixes)
 
 
 class CommitSample(models.Model):

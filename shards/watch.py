@@ -20,6 +20,7 @@ from channels.db import database_sync_to_async
 from .auth import key_from_raw, permission_check, split_raw_key
 from .errors import ApiError
 from .models import AuditAction, AuditEntry
+from .prefixes import prefix_matches, prefix_q
 
 POLL_SECONDS = 0.1
 BATCH = 500
@@ -47,7 +48,7 @@ def change_data(entry: AuditEntry) -> dict[str, Any]:
 def watch_check(*, prefix: str, since: int, key: Any) -> None:
     """Refuses a watch that would miss changes or see shards outside the key's scope."""
     permission_check(key, "shard:read")
-    if key.shard_prefixes and not any(prefix.startswith(p) for p in key.shard_prefixes):
+    if key.shard_prefixes and not any(prefix_matches(prefix, p) for p in key.shard_prefixes):
         raise ApiError(
             403,
             "PERMISSION_DENIED",
@@ -66,7 +67,7 @@ def watch_check(*, prefix: str, since: int, key: Any) -> None:
 def changes_after(*, prefix: str, since: int, limit: int = BATCH) -> list[dict[str, Any]]:
     entries = AuditEntry.objects.filter(id__gt=since, action__in=CHANGE_ACTIONS)
     if prefix:
-        entries = entries.filter(shard_id__startswith=prefix)
+        entries = entries.filter(prefix_q("shard_id", prefix))
     return [change_data(e) for e in entries.order_by("id")[:limit]]
 
 
