@@ -328,15 +328,24 @@ def shard_commit(
     raise rejection
 
 
+def _shard_version(shard_id: str) -> int | None:
+    return Shard.objects.filter(pk=shard_id).values_list("version", flat=True).first()
+
+
 def _stale_precheck(actor: Actor, shard_id: str, expected_version: int, new_value: Any) -> None:
     """Versions only grow: if the shard is already past ``expected_version`` the
-    commit is doomed, and it is refused without queueing for the write lock."""
-    version = Shard.objects.filter(pk=shard_id).values_list("version", flat=True).first()
-    if version is None or version == expected_version:
+    commit is doomed, and it is refused without queueing for the write lock.
+
+    Two reads, no lock: the refusal reports the second. A version at or below
+    the expected one is left to the locked path (it may yet become current), and
+    so is a second read equal to it (a delete and re-create in between), so a
+    409 never reports ``current_version == expected_version``."""
+    version = _shard_version(shard_id)
+    if version is None or version <= expected_version:
         return  # decided under the lock, as before
     # The value (possibly large) only for a refusal, which carries it.
     current = Shard.objects.filter(pk=shard_id).values("version", "value").first()
-    if current is None:
+    if current is None or current["version"] == expected_version:
         return
     rejection = _stale_error(expected_version, current)
     rejections.record(
