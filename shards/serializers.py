@@ -39,7 +39,9 @@ class ShardCreateSerializer(serializers.Serializer):
 
 
 class CommitSerializer(serializers.Serializer):
-    expected_version = serializers.IntegerField(min_value=1)
+    # Versions are 64-bit columns: a larger one can never be current (and once
+    # overflowed the batched rejection audit, issue 16 finding 8).
+    expected_version = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     new_value = serializers.JSONField(allow_null=True)
     read_set = serializers.DictField(
         child=serializers.IntegerField(min_value=1), required=False, default=dict

@@ -34,7 +34,7 @@ from .models import (
     Shard,
     ShardType,
 )
-from .rejections import rejections
+from .rejections import rejection_entry, rejections
 
 
 @dataclass(frozen=True)
@@ -496,13 +496,15 @@ def shard_current_value(shard: Shard) -> Any:
 def _append_rejection(
     audit: AuditWriter, actor: Actor, shard_id: str, expected: int, error: ApiError
 ) -> None:
+    # The same record, checked the same way, as the batched refusals.
     audit.append(
-        action=AuditAction.SHARD_COMMIT_REJECTED,
-        agent_id=actor.agent_id,
-        key_prefix=actor.key_prefix,
-        shard_id=shard_id,
-        version_before=expected,
-        details={"code": error.code},
+        **rejection_entry(
+            agent_id=actor.agent_id,
+            key_prefix=actor.key_prefix,
+            shard_id=shard_id,
+            expected=expected,
+            code=error.code,
+        )
     )
 
 
