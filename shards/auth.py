@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
+from django.http import HttpRequest
 from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
@@ -18,7 +19,7 @@ from rest_framework.request import Request
 
 from .errors import ApiError
 from .models import ApiKey
-from .ratelimit import rate_limit_hit, rate_limited_error
+from .ratelimit import RateState, rate_limit_hit
 
 KEY_PREFIX = "zl_"
 AGENT_ID_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
@@ -76,16 +77,28 @@ class Principal:
         return True
 
 
-def key_rate_check(request: Request, key: ApiKey) -> None:
-    from .middleware import attach_rate_state
-
-    state = rate_limit_hit(
+def key_rate_hit(key: ApiKey) -> RateState:
+    """Counts one request against a valid key: its own limit, or the default."""
+    return rate_limit_hit(
         identity=f"key:{key.prefix}",
         limit=key.rate_limit or settings.ZEROLOCK_RATE_LIMIT_PER_MINUTE,
     )
-    attach_rate_state(request._request, state)
-    if not state.allowed:
-        raise rate_limited_error(state, "this key")
+
+
+def request_key(request: HttpRequest) -> ApiKey | ApiError | None:
+    """The request's X-API-Key, resolved once per request (the rate limiter needs
+    it before DRF authenticates): the key, the ApiError saying why it is not
+    usable, or None when no key was sent."""
+    if not hasattr(request, "zerolock_key"):
+        raw = request.META.get("HTTP_X_API_KEY", "")
+        resolved: ApiKey | ApiError | None = None
+        if raw:
+            try:
+                resolved = key_from_raw(raw)
+            except ApiError as exc:
+                resolved = exc
+        request.zerolock_key = resolved
+    return request.zerolock_key
 
 
 def permission_check(key: ApiKey, permission: str) -> None:
@@ -111,17 +124,16 @@ def shard_scope_check(principal: Principal, shard_id: str) -> None:
 
 class ApiKeyAuthentication(BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[Principal, ApiKey] | None:
-        raw = request.META.get("HTTP_X_API_KEY", "")
-        if not raw:
+        # Resolved, and counted against the key or the address, by RateLimitMiddleware.
+        key = request_key(request._request)
+        if key is None:
             raise ApiError(401, "UNAUTHENTICATED", "Send your API key in the X-API-Key header.")
-        try:
-            key = key_from_raw(raw)
-        except ApiError as exc:
+        if isinstance(key, ApiError):
             from .services import audit_auth_failure
 
-            audit_auth_failure(reason=exc.code, key_prefix=(split_raw_key(raw) or ("",))[0])
-            raise
-        key_rate_check(request, key)
+            raw = request.META.get("HTTP_X_API_KEY", "")
+            audit_auth_failure(reason=key.code, key_prefix=(split_raw_key(raw) or ("",))[0])
+            raise key
         agent_id = request.META.get("HTTP_X_AGENT_ID", "").strip()
         if agent_id:
             if not AGENT_ID_RE.match(agent_id):

@@ -42,11 +42,30 @@ class RateState:
         return headers
 
 
+def sliding_window(*, limit: int, previous: int, current: int, elapsed: float) -> RateState:
+    """The pure rule. ``current`` counts this minute's requests including this
+    one, ``previous`` last minute's; ``elapsed`` is how far into this minute we
+    are. Refused: ``retry_after`` is the wait after which the same request, with
+    nothing else sent meanwhile, would pass."""
+    carried = previous * (WINDOW_SECONDS - elapsed) / WINDOW_SECONDS
+    used = carried + current
+    reset = math.ceil(WINDOW_SECONDS - elapsed)
+    if used <= limit:
+        return RateState(limit, max(0, math.floor(limit - used)), reset, None)
+    before = current - 1  # this minute without the refused request, which is not counted
+    if before >= limit:
+        # This minute alone is full: wait for it to end and for its weight to fade.
+        wait = (WINDOW_SECONDS - elapsed) + WINDOW_SECONDS * (1 - (limit - 1) / before)
+    else:
+        # Last minute's tail is what is over: wait until enough of it slides out.
+        wait = WINDOW_SECONDS * (1 - (limit - 1 - before) / previous) - elapsed
+    return RateState(limit, 0, reset, max(1, math.ceil(wait)))
+
+
 def rate_limit_hit(*, identity: str, limit: int, now: float | None = None) -> RateState:
     """Counts one request for ``identity``; refused requests are not counted."""
     now = time.time() if now is None else now
     window = int(now // WINDOW_SECONDS)
-    elapsed = now - window * WINDOW_SECONDS
     current_key = f"ratelimit:{identity}:{window}"
     previous = cache.get(f"ratelimit:{identity}:{window - 1}", 0)
     cache.add(current_key, 0, timeout=WINDOW_SECONDS * 2 + 5)
@@ -55,20 +74,12 @@ def rate_limit_hit(*, identity: str, limit: int, now: float | None = None) -> Ra
     except ValueError:  # expired between add and incr
         cache.set(current_key, 1, timeout=WINDOW_SECONDS * 2 + 5)
         current = 1
-    carried = previous * (WINDOW_SECONDS - elapsed) / WINDOW_SECONDS
-    used = carried + current
-    reset = math.ceil(WINDOW_SECONDS - elapsed)
-    if used <= limit:
-        return RateState(limit, max(0, math.floor(limit - used)), reset, None)
-    cache.decr(current_key)
-    current -= 1
-    if current >= limit:
-        # This minute alone is full: wait for it to end and for its weight to fade.
-        wait = (WINDOW_SECONDS - elapsed) + WINDOW_SECONDS * (1 - (limit - 1) / current)
-    else:
-        # Last minute's tail is what is over: wait until enough of it slides out.
-        wait = WINDOW_SECONDS * (1 - (limit - 1 - current) / previous) - elapsed
-    return RateState(limit, 0, reset, max(1, math.ceil(wait)))
+    state = sliding_window(
+        limit=limit, previous=previous, current=current, elapsed=now - window * WINDOW_SECONDS
+    )
+    if not state.allowed:
+        cache.decr(current_key)
+    return state
 
 
 def rate_limited_error(state: RateState, who: str) -> ApiError:
