@@ -351,6 +351,9 @@ async def killer(serve: Serve, at: list[float], kills: list[dict], led: Ledger) 
                 break
             await asyncio.sleep(0.5)
         kill["server_alive"] = serve.alive()
+        if not serve.alive() and not led.server_gone:
+            led.server_gone = time.monotonic()
+            log("bin/serve exited after the kill: the run stops here")
 
 
 async def drive(serve: Serve, key: str, approver_key: str, args) -> dict:
