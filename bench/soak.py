@@ -145,15 +145,26 @@ class Serve:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self) -> None:
+    def stop(self) -> dict:
+        """Ctrl-C, as a user would; then whatever is left of the tree is reported and
+        ended, so no worker outlives the run (finding 15: a worker hung on Ctrl-C)."""
         if self.proc is None or self.proc.poll() is not None:
-            return
+            return {}
+        tree = [self.proc.pid, *children_of(self.proc.pid)]
+        started = time.monotonic()
         os.killpg(self.proc.pid, signal.SIGINT)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        while time.monotonic() - started < 10 and any(_alive(p) for p in tree):
+            time.sleep(0.2)
+        survivors = [f"{p} {cmdline(p)[:80]}" for p in tree if _alive(p)]
+        for pid in tree:
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        if self.proc.poll() is None:
             self.proc.wait()
+        return {"seconds": round(time.monotonic() - started, 1), "left_after_10_s": survivors}
 
     def rss(self) -> dict[str, float]:
         if not self.alive():
@@ -161,6 +172,15 @@ class Serve:
         pids = [self.proc.pid, *children_of(self.proc.pid)]
         web = sum(rss_mb(p) for p in pids if "daphne" in cmdline(p) or "gunicorn" in cmdline(p))
         return {"total": sum(rss_mb(p) for p in pids), "web": web}
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for its parent."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -339,6 +359,7 @@ async def killer(serve: Serve, at: list[float], kills: list[dict], led: Ledger) 
             kills.append({"t": round(time.monotonic(), 2), "killed": None, "note": "no worker"})
             continue
         before = celery_pids(serve.proc.pid)  # the old worker's children are not new
+        orphans = children_of(pids[0])
         os.kill(pids[0], signal.SIGKILL)
         log(f"kill -9 Celery worker {pids[0]}")
         kill = {"t": round(time.monotonic(), 2), "killed": pids[0], "new_worker_after_s": None}
@@ -351,13 +372,16 @@ async def killer(serve: Serve, at: list[float], kills: list[dict], led: Ledger) 
                 break
             await asyncio.sleep(0.5)
         kill["server_alive"] = serve.alive()
+        # Its pool and embedded beat outliving it would be a second beat (finding 4).
+        kill["children_left_after"] = [f"{p} {cmdline(p)[:60]}" for p in orphans if _alive(p)]
+        kill["orphan_pids"] = orphans
         if not serve.alive() and not led.server_gone:
             led.server_gone = time.monotonic()
             log("bin/serve exited after the kill: the run stops here")
 
 
-async def drive(serve: Serve, key: str, approver_key: str, args) -> dict:
-    led, samples, kills = Ledger(), [], []
+async def drive(serve: Serve, key: str, approver_key: str, args, kills: list[dict]) -> dict:
+    led, samples = Ledger(), []
     start = time.monotonic()
     stop = start + args.duration
     limits = httpx.Limits(max_connections=args.agents + 10)
@@ -496,10 +520,11 @@ def main() -> int:
     serve.start()
     log(f"bin/serve up on {serve.url}; workers {worker_pids(serve.proc.pid)}")
     restarted = False
+    run_kills: list[dict] = []
     try:
         seed_shards(serve.url, key)
         log(f"{args.agents} agents for {args.duration:.0f} s, {args.kills} worker kills")
-        run = asyncio.run(drive(serve, key, approver_key, args))
+        run = asyncio.run(drive(serve, key, approver_key, args, run_kills))
         if not serve.alive():
             log("bin/serve is gone: starting it again on the same data for the checks")
             restarted = True
@@ -507,7 +532,10 @@ def main() -> int:
         led: Ledger = run["ledger"]
         writes = check_writes(serve.url, key, led)
     finally:
-        serve.stop()
+        stopped = serve.stop()
+        for pid in (p for k in run_kills for p in k.get("orphan_pids", [])):
+            if _alive(pid) and "celery" in cmdline(pid):  # ours, left by a kill -9
+                os.kill(pid, signal.SIGKILL)
     audit = manage(env, "verify_audit")
     samples = run["samples"]
     t0 = samples[0]["t"] if samples else 0
@@ -529,6 +557,7 @@ def main() -> int:
         "kills": run["kills"],
         "server_exited_at_s": round(led.server_gone - t0, 1) if led.server_gone else None,
         "server_restarted_for_checks": restarted,
+        "ctrl_c": stopped,
         "writes": writes,
         "verify_audit": {
             "ok": audit.returncode == 0,
@@ -572,6 +601,10 @@ def main() -> int:
         ),
         ("bin/serve exited during the run at s", result["server_exited_at_s"]),
         ("server restarted for the checks", restarted),
+        (
+            "Ctrl-C: seconds / processes left after 10 s",
+            f"{stopped.get('seconds')} / {stopped.get('left_after_10_s')}",
+        ),
         (
             "health probes unanswered / worst ms",
             f"{len(health_fail)} / {result['health_worst_ms']}",
