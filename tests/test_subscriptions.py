@@ -55,7 +55,7 @@ async def test_subscribers_get_invalidate_and_the_committer_and_others_do_not():
         assert await socket.receive_json_from() == {"type": "subscribed", "shard_ids": ["plan"]}
 
     await commit("plan", "committer", 1, 2)
-    assert await watcher.receive_json_from(timeout=2) == {
+    assert await watcher.receive_json_from(timeout=10) == {
         "type": "invalidate",
         "shard_id": "plan",
         "version": 2,
@@ -117,7 +117,7 @@ async def test_a_stale_commit_sends_one_conflict_notify_whose_diff_rebuilds_the_
     await commit("roster", "winner", 1, winning)
     with pytest.raises(Exception, match="not current"):
         await commit("roster", "loser", 1, rejected)
-    notice = await loser.receive_json_from(timeout=2)
+    notice = await loser.receive_json_from(timeout=10)
     assert notice["type"] == "conflict_notify"
     assert (notice["shard_id"], notice["version"]) == ("roster", 2)
     assert (notice["winning_value"], notice["rejected_value"]) == (winning, rejected)
