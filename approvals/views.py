@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from shards.auth import shard_scope_check
 from shards.models import Shard
 from shards.views import actor_of, parsed
+from zerolock_site.openapi import CONFLICT
 
 from . import services
 from .models import Approval
@@ -90,7 +91,7 @@ class ApprovalDecideView(APIView):
     required_permissions = {"POST": DECIDE}
     approve = True
 
-    @extend_schema(request=DecisionSerializer, responses=ApprovalSerializer)
+    @extend_schema(request=DecisionSerializer, responses={200: ApprovalSerializer, 409: CONFLICT})
     def post(self, request: Request, approval_id: str) -> Response:
         data = parsed(DecisionSerializer, request.data if request.data else {})
         visible_approval(request, approval_id)

@@ -11,6 +11,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from zerolock_site.openapi import CONFLICT
+
 from . import leases, metrics, services
 from .auth import Principal, shard_scope_check
 from .errors import ApiError
@@ -80,7 +82,7 @@ class ShardListView(APIView):
             shard.value = services.shard_current_value(shard)
         return Response({"results": [shard_data(s) for s in page], "next": next_url})
 
-    @extend_schema(request=ShardCreateSerializer, responses={201: ShardSerializer})
+    @extend_schema(request=ShardCreateSerializer, responses={201: ShardSerializer, 409: CONFLICT})
     def post(self, request: Request) -> Response:
         data = parsed(ShardCreateSerializer, request.data)
         shard_scope_check(request.user, data["id"])
@@ -116,7 +118,7 @@ class ShardDetailView(APIView):
 class ShardCommitView(APIView):
     required_permissions = {"POST": WRITE}
 
-    @extend_schema(request=CommitSerializer, responses=CommitResultSerializer)
+    @extend_schema(request=CommitSerializer, responses={200: CommitResultSerializer, 409: CONFLICT})
     def post(self, request: Request, shard_id: str) -> Response:
         with metrics.commit_observed(shard_id):
             return self._commit(request, shard_id)
@@ -171,7 +173,7 @@ class TxnView(APIView):
     """Compare-and-set over one or more shards: each operation's shard is checked
     against the key's permissions and scope inside the service."""
 
-    @extend_schema(request=dict, responses=dict)
+    @extend_schema(request=dict, responses={200: dict, 409: CONFLICT})
     def post(self, request: Request) -> Response:
         from .txn import txn_apply
 

@@ -65,5 +65,8 @@ def test_revoking_a_key_closes_its_live_socket_within_a_second(live_server_url):
             return elapsed, closed.value.rcvd.code
 
     elapsed, code = asyncio.run(scenario())
+    print(f"\nthe revoked key's socket closed {elapsed * 1000:.0f} ms after the revocation")
+    # The README's promise (one key poll per process every 0.5 s): a safety bound,
+    # kept; measured 0.1-0.5 s, so the margin is at least half a second.
     assert elapsed < 1.0
     assert code == 4401

@@ -178,12 +178,14 @@ def test_file_locks_exclude_expire_when_abandoned_and_go_in_sorted_order(live_se
             ZeroLockClient(live_server_url, agent_id="a", api_key=key) as a,
             ZeroLockClient(live_server_url, agent_id="b", api_key=key) as b,
         ):
-            lock_a, lock_b = FileLock(a, "locks", hold_seconds=1), FileLock(b, "locks")
+            # b's 0.3 s attempt must fall inside a's hold: 3 s leaves 2.7 s of slack
+            # for a loaded machine (1 s left 0.7 s, too little to be sure).
+            lock_a, lock_b = FileLock(a, "locks", hold_seconds=3), FileLock(b, "locks")
             await lock_a.ensure_shard()
             await lock_a.acquire("src/app.py")
             with pytest.raises(LockTimeout):
                 await lock_b.acquire("src/app.py", timeout_seconds=0.3)
-            await asyncio.sleep(1.1)  # a stops renewing: its lock is abandoned
+            await asyncio.sleep(3.1)  # a stops renewing: its lock is abandoned
             await lock_b.acquire("src/app.py", timeout_seconds=2)
             assert not await lock_a.release("src/app.py")  # no longer a's to release
             assert await lock_b.release("src/app.py")

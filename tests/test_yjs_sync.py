@@ -96,7 +96,7 @@ async def test_a_client_syncs_the_stored_document_and_sees_rest_commits_at_once(
     await sync_to_async(additive_commit)(
         actor=Actor("planner"), shard=shard, body={"new_value": {"status": "go"}}
     )
-    pushed = await communicator.receive_from(timeout=2)
+    pushed = await communicator.receive_from(timeout=10)
     assert pushed[:2] == bytes([YMessageType.SYNC, YSyncMessageType.SYNC_UPDATE])
     handle_sync_message(pushed[1:], doc)
     assert root.to_py()["status"] == "go"
@@ -118,7 +118,7 @@ async def test_a_client_edit_is_stored_versioned_audited_and_pushed_to_the_other
     editor_root.append({"step": 2})
     await editor.send_to(bytes_data=create_update_message(editor_doc.get_update(before)))
 
-    pushed = await watcher.receive_from(timeout=2)
+    pushed = await watcher.receive_from(timeout=10)
     handle_sync_message(pushed[1:], watcher_doc)
     assert watcher_root.to_py() == ["first", {"step": 2.0}]
     assert await editor.receive_nothing(timeout=0.2)  # no echo to the sender

@@ -244,6 +244,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "zerolock_site.openapi.add_error_responses",  # the error envelope on every /api/ op
+    ],
 }
 
 # Threads serving HTTP inside the ASGI server (zerolock_site/wsgi_bridge.py).

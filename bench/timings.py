@@ -1,0 +1,139 @@
+"""Timings the tests no longer assert (they depend on the machine): how soon after its
+TTL an abandoned lease's claim is taken over, and how soon a revoked key's open
+socket is closed. Run by hand: ``.venv/bin/python bench/timings.py [--trials 10]``.
+
+lease takeover: a lease of --ttl seconds claims a path through /api/txn and is never
+kept alive; a second agent retries the claim every 50 ms. Reported: the delay past
+the TTL, from the moment the lease was granted (client clock).
+revocation: a key's /ws/agents/ socket is open; the key is revoked in the database
+(``api_key_revoke`` through ``manage.py shell``). Reported: from the wall-clock time
+the revocation committed to the socket's close (the watcher polls every 0.5 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import websockets
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import RESULTS_DIR, Server, log, manage, running_server  # noqa: E402
+
+
+def claim(client: httpx.Client, agent: str, lease_id: str, job: str) -> bool:
+    body = {
+        "compare": [{"shard_id": "jobs", "path": [job], "op": "not_exists"}],
+        "success": [
+            {"op": "put", "shard_id": "jobs", "path": [job], "value": agent, "lease_id": lease_id}
+        ],
+        "failure": [],
+    }
+    response = client.post("/api/txn", json=body, headers={"X-Agent-Id": agent})
+    response.raise_for_status()
+    return response.json()["succeeded"]
+
+
+def lease_takeovers(server: Server, trials: int, ttl: int) -> list[float]:
+    delays = []
+    with httpx.Client(base_url=server.url, headers={"X-API-Key": server.api_key}) as client:
+        client.post(
+            "/api/shards",
+            json={"id": "jobs", "type": "decision", "initial_value": {}},
+            headers={"X-Agent-Id": "boss"},
+        ).raise_for_status()
+        for n in range(trials):
+            job = f"job-{n}"
+            lease = client.post(
+                "/api/leases", json={"ttl_seconds": ttl}, headers={"X-Agent-Id": "crasher"}
+            ).json()
+            granted = time.monotonic()
+            assert claim(client, "crasher", lease["lease_id"], job)
+            second = client.post(
+                "/api/leases", json={"ttl_seconds": 60}, headers={"X-Agent-Id": "survivor"}
+            ).json()
+            while not claim(client, "survivor", second["lease_id"], job):
+                time.sleep(0.05)
+            delays.append((time.monotonic() - granted - ttl) * 1000)
+    return delays
+
+
+def revocations(server: Server, trials: int) -> list[float]:
+    ws_url = server.url.replace("http://", "ws://") + "/ws/agents/"
+    delays = []
+    for n in range(trials):
+        raw = manage(server.env, "createapikey", f"doomed-{n}", "--permissions", "shard:read")
+        key = raw.strip().splitlines()[-1].strip()
+        prefix = key.split(".")[0].removeprefix("zl_")
+
+        async def scenario(key: str = key, prefix: str = prefix) -> float:
+            async with websockets.connect(ws_url, additional_headers={"X-API-Key": key}) as ws:
+                await ws.send('{"type": "ping"}')
+                await ws.recv()
+                # The shell prints the wall clock right after the revocation committed;
+                # the shell's own start and exit are not counted.
+                code = (
+                    "import time; from shards.models import ApiKey; "
+                    "from shards.services import api_key_revoke; "
+                    f"[api_key_revoke(key=k, revoked_by='bench') for k in ApiKey.objects.filter(prefix__endswith='{prefix}')]; "
+                    "print(time.time())"
+                )
+                closed_at = None
+
+                async def wait_closed() -> None:
+                    nonlocal closed_at
+                    with contextlib.suppress(websockets.ConnectionClosed):
+                        await asyncio.wait_for(ws.recv(), timeout=15)
+                    closed_at = time.time()
+
+                waiter = asyncio.create_task(wait_closed())
+                out = await asyncio.to_thread(manage, server.env, "shell", "-c", code)
+                revoked_at = float(out.strip().splitlines()[-1])
+                await waiter
+                return (closed_at - revoked_at) * 1000
+
+        delays.append(asyncio.run(scenario()))
+    return delays
+
+
+def summary(values: list[float]) -> dict:
+    return {
+        "n": len(values),
+        "min_ms": round(min(values)),
+        "median_ms": round(statistics.median(values)),
+        "max_ms": round(max(values)),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--ttl", type=int, default=1)
+    parser.add_argument("--db", default="sqlite", choices=["sqlite", "postgres"])
+    args = parser.parse_args()
+    rows = {}
+    with running_server("daphne", args.db, keep_data=False) as server:
+        log(f"lease takeover, {args.trials} trials, TTL {args.ttl} s")
+        rows["lease_takeover_after_ttl"] = summary(lease_takeovers(server, args.trials, args.ttl))
+        log(f"revocation, {args.trials} trials")
+        rows["revoked_socket_closed_after"] = summary(revocations(server, args.trials))
+    print("\n| timing | n | min ms | median ms | max ms |\n|---|---|---|---|---|")
+    for name, s in rows.items():
+        print(f"| {name} | {s['n']} | {s['min_ms']} | {s['median_ms']} | {s['max_ms']} |")
+    RESULTS_DIR.mkdir(exist_ok=True)
+    out = RESULTS_DIR / f"timings-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    out.write_text(json.dumps({"db": args.db, **rows}, indent=2))
+    print(f"\n{out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
