@@ -261,6 +261,13 @@ ZEROLOCK_REJECTION_WRITE_BEHIND = env_bool("ZEROLOCK_REJECTION_WRITE_BEHIND", Tr
 ZEROLOCK_DELIVERY_RETENTION_DAYS = env_int("ZEROLOCK_DELIVERY_RETENTION_DAYS", 30)
 # Page size of list endpoints.
 ZEROLOCK_PAGE_SIZE = env_int("ZEROLOCK_PAGE_SIZE", 100)
+# Approval diffs are computed once, at request time, within these caps; past
+# one, the approval carries "diff": null and says why (approvals/diffs.py).
+ZEROLOCK_APPROVAL_DIFF_MAX_BYTES = env_int("ZEROLOCK_APPROVAL_DIFF_MAX_BYTES", 256 * 1024)
+ZEROLOCK_APPROVAL_DIFF_MAX_MS = env_int("ZEROLOCK_APPROVAL_DIFF_MAX_MS", 2000)
+# Proposed values nested deeper than this are refused (400); deeper shard values
+# are shown as "too deep" rather than diffed or pretty-printed.
+ZEROLOCK_APPROVAL_MAX_DEPTH = env_int("ZEROLOCK_APPROVAL_MAX_DEPTH", 100)
 
 # --- I18N, static ------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
