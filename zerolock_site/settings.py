@@ -153,7 +153,13 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": CHANNEL_CAPACITY},
+            # redis-py 8 times socket reads out after 5 s, exactly channels_redis's
+            # blocking BZPOPMIN wait: an idle socket's consumer died with
+            # "Timeout reading from Redis". Reads may block a little longer.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+                "capacity": CHANNEL_CAPACITY,
+            },
         }
     }
     CACHES = {
