@@ -7,7 +7,17 @@ class DecisionInline(admin.TabularInline):
     model = ApprovalDecision
     extra = 0
     can_delete = False
-    readonly_fields = ["decider", "approve", "reason", "created_at", "key_prefix"]
+    fields = readonly_fields = [
+        "principal",
+        "decider",
+        "agent_id",
+        "api_key",
+        "user",
+        "approve",
+        "counts",
+        "reason",
+        "created_at",
+    ]
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False

@@ -24,7 +24,7 @@ from shards.errors import ApiError
 from shards.models import AuditEntry, Shard
 
 from . import services
-from .diffview import line_diff, pretty
+from .diffview import shown, shown_diff
 from .models import Approval, ApprovalStatus
 
 DECIDE_PERMISSION = "approvals.decide_approval"
@@ -68,12 +68,12 @@ def _queue_context() -> dict:
 @require_GET
 def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
     _watcher(request)
-    try:
-        approval = services.approval_get(approval_id)
-    except ApiError:
+    approval = Approval.objects.with_decisions().filter(pk=approval_id).first()
+    if approval is None:
         return render(request, "console/missing.html", {"approval_id": approval_id}, status=404)
     current = Shard.objects.filter(pk=approval.shard_id).values("version", "value").first()
-    current_value = current["value"] if current else None
+    current_value = shown(current["value"] if current else None)
+    proposed_value = shown(approval.proposed_value)
     stale = current is None or current["version"] != approval.expected_version
     trail = list(AuditEntry.objects.filter(details__approval_id=approval.id).order_by("id"))
     for entry in trail:
@@ -86,12 +86,13 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             "status": approval.effective_status,
             "current": current,
             "stale": stale and approval.effective_status == ApprovalStatus.PENDING,
-            "diff": line_diff(current_value, approval.proposed_value),
-            "value_at_request": pretty(approval.value_at_request),
-            "current_value": pretty(current_value),
-            "proposed_value": pretty(approval.proposed_value),
+            "diff": shown_diff(current_value, proposed_value),
+            "value_at_request": shown(approval.value_at_request).text,
+            "current_value": current_value.text,
+            "proposed_value": proposed_value.text,
             "drifted": current is not None and current["version"] != approval.version_at_request,
             "decisions": approval.decisions.all(),
+            "approvals_counted": approval.approvals_counted(),
             "trail": trail,
             "can_decide": _can_decide(request)
             and approval.effective_status == ApprovalStatus.PENDING,
@@ -112,7 +113,7 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     try:
         approval = services.approval_decide(
             approval_id=approval_id,
-            decider=services.Decider.user(request.user.get_username()),
+            decider=services.Decider.user(request.user),
             approve=action == "approve",
             reason=request.POST.get("reason", ""),
         )
@@ -134,9 +135,10 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     elif approval.status == ApprovalStatus.REJECTED:
         messages.success(request, "Rejected. The requester has been told why.")
     else:
-        count = approval.decisions.filter(approve=True).count()
         messages.success(
-            request, f"Your approval is recorded ({count} of {approval.approvals_required})."
+            request,
+            f"Your approval is recorded ({approval.approvals_counted()} of "
+            f"{approval.approvals_required}).",
         )
     return redirect("console-detail", approval_id=approval_id)
 

@@ -1,5 +1,10 @@
 """A readable line diff of two JSON values, for people: pretty-printed, changed
-lines highlighted, long unchanged stretches folded."""
+lines highlighted, long unchanged stretches folded.
+
+Bounded: ``difflib`` is quadratic in the lines it compares (12,000 lines took
+18 s here) and pretty-printing is pure Python, so values above the approval
+diff size cap, or deeper than the depth cap, are not printed, and a diff whose
+changed middle is too large becomes one "omitted" row saying why."""
 
 from __future__ import annotations
 
@@ -8,26 +13,95 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+
+from shards.boundeddiff import json_too_deep
+
 CONTEXT = 3  # unchanged lines kept around each change
 FOLD_AT = 2 * CONTEXT + 2
+# Lines left to compare after trimming the common head and tail, one side times
+# the other: difflib's cost grows with it (4,000 x 4,000 took 2 s here).
+MAX_COMPARED = 1_000_000
 
 
 @dataclass(frozen=True)
 class Row:
-    kind: str  # "same", "add", "del" or "fold"
+    kind: str  # "same", "add", "del", "fold" or "omitted" (text says why)
     text: str = ""
     lines: tuple[str, ...] = ()  # what a fold hides
 
 
+@dataclass(frozen=True)
+class Shown:
+    """A value as a page shows it: pretty JSON, or a note saying why not."""
+
+    text: str
+    why: str = ""  # empty when ``text`` is the value
+
+
+def shown(value: Any) -> Shown:
+    depth = settings.ZEROLOCK_APPROVAL_MAX_DEPTH
+    # Depth first: json.dumps recurses in C, safe only on values known shallow.
+    if json_too_deep(value, depth):
+        why = f"nested more than {depth} levels deep"
+    else:
+        size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+        cap = settings.ZEROLOCK_APPROVAL_DIFF_MAX_BYTES
+        if size <= cap:
+            return Shown(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+        why = f"{size // 1024:,} KiB of JSON, above the {cap // 1024:,} KiB shown here"
+    return Shown(f"(not shown here: {why}; the API returns the whole value)", why)
+
+
 def pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return shown(value).text
 
 
 def line_diff(old: Any, new: Any) -> list[Row]:
-    before, after = pretty(old).splitlines(), pretty(new).splitlines()
+    return shown_diff(shown(old), shown(new))
+
+
+def shown_diff(old: Shown, new: Shown) -> list[Row]:
+    why = old.why or new.why
+    if why:
+        return [Row("omitted", f"Diff too large to show: a value is {why}.")]
+    before, after = old.text.splitlines(), new.text.splitlines()
+    # The common head and tail are equal by construction; only the middle goes
+    # through difflib, so a small change in a large value stays cheap.
+    head = 0
+    while head < min(len(before), len(after)) and before[head] == after[head]:
+        head += 1
+    tail = 0
+    while (
+        tail < min(len(before), len(after)) - head
+        and before[len(before) - 1 - tail] == after[len(after) - 1 - tail]
+    ):
+        tail += 1
+    middle_before, middle_after = len(before) - head - tail, len(after) - head - tail
+    if middle_before * middle_after > MAX_COMPARED:
+        return [
+            Row(
+                "omitted",
+                f"Diff too large to show: {middle_before:,} lines changed into "
+                f"{middle_after:,}. The API's diff field has the change as a JSON Patch.",
+            )
+        ]
+    matcher = difflib.SequenceMatcher(
+        a=before[head : len(before) - tail], b=after[head : len(after) - tail], autojunk=False
+    )
+    opcodes = [
+        (tag, i1 + head, i2 + head, j1 + head, j2 + head)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+    ]
+    if head:
+        opcodes.insert(0, ("equal", 0, head, 0, head))
+    if tail:
+        opcodes.append(("equal", len(before) - tail, len(before), len(after) - tail, len(after)))
+    return _rows(before, after, opcodes)
+
+
+def _rows(before: list[str], after: list[str], opcodes: list[tuple]) -> list[Row]:
     rows: list[Row] = []
-    matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
-    opcodes = matcher.get_opcodes()
     for index, (tag, i1, i2, j1, j2) in enumerate(opcodes):
         if tag == "equal":
             same = before[i1:i2]

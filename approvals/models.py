@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from datetime import datetime
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -51,6 +52,9 @@ class ApprovalQuerySet(models.QuerySet):
     def newest_first(self) -> ApprovalQuerySet:
         return self.order_by("-created_at", "-id")
 
+    def with_decisions(self) -> ApprovalQuerySet:
+        return self.prefetch_related(decisions_prefetch())
+
     def matching(
         self,
         *,
@@ -76,6 +80,13 @@ class ApprovalQuerySet(models.QuerySet):
         return approvals
 
 
+def decisions_prefetch() -> models.Prefetch:
+    """An approval's decisions with the keys and users behind them, in two queries."""
+    return models.Prefetch(
+        "decisions", queryset=ApprovalDecision.objects.select_related("api_key", "user")
+    )
+
+
 class Approval(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=new_approval_id)
     shard_id = models.CharField(max_length=128, db_index=True)
@@ -99,6 +110,11 @@ class Approval(models.Model):
     reason = models.TextField(blank=True)
     # {"version", "audit_entry_id"} once applied, or {"error": "STALE_VERSION", ...}.
     commit = models.JSONField(null=True, blank=True)
+    # The RFC 6902 patch from value_at_request to proposed_value, computed once at
+    # request time under a size, depth and time cap (shards/boundeddiff.py). When
+    # the cap was hit, ``diff`` is null and ``diff_omitted`` says which one.
+    diff = models.JSONField(null=True, blank=True)
+    diff_omitted = models.CharField(max_length=16, blank=True)
 
     objects = ApprovalQuerySet.as_manager()
 
@@ -112,6 +128,11 @@ class Approval(models.Model):
     def is_expired(self, now: datetime | None = None) -> bool:
         return self.expires_at <= (now or timezone.now())
 
+    def approvals_counted(self) -> int:
+        """The quorum so far: approvals by distinct principals (over ``decisions.all()``,
+        so a prefetch serves it)."""
+        return sum(1 for d in self.decisions.all() if d.approve and d.counts)
+
     @property
     def effective_status(self) -> str:
         """What the status is now, even before the expiry task has marked it."""
@@ -121,11 +142,32 @@ class Approval(models.Model):
 
 
 class ApprovalDecision(models.Model):
-    """One person's (or agent's) approve or reject: quorum counts distinct deciders."""
+    """One approve or reject by a principal: an API key or a console user.
+
+    Quorum counts principals, not the agent names a key claims: one key acting
+    as dec-a, dec-b and dec-c is one vote. ``principal`` is the stable identity
+    ("key:<prefix>" or "user:<id>"); ``decider`` is the name the audit log shows
+    ("agent:dec-a", "user:alice")."""
 
     approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="decisions")
     decider = models.CharField(max_length=160)  # "user:alice" or "agent:reviewer-1"
+    principal = models.CharField(max_length=200)  # "key:ab12cd34" or "user:7"
     key_prefix = models.CharField(max_length=16, blank=True)
+    # The key or user behind the principal, for their names; kept null if deleted.
+    api_key = models.ForeignKey(
+        "shards.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    agent_id = models.CharField(max_length=128, blank=True)  # the agent id the key claimed
+    # False only for rows from before principals were recorded in which one
+    # principal decided more than once (migration 0003): only its first counted.
+    counts = models.BooleanField(default=True)
     approve = models.BooleanField()
     reason = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -133,8 +175,21 @@ class ApprovalDecision(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         constraints = [
-            models.UniqueConstraint(fields=["approval", "decider"], name="one_decision_per_decider")
+            models.UniqueConstraint(
+                fields=["approval", "principal"],
+                condition=models.Q(counts=True),
+                name="one_counted_decision_per_principal",
+            )
         ]
 
     def __str__(self) -> str:
         return f"{self.decider} {'approved' if self.approve else 'rejected'} {self.approval_id}"
+
+    @property
+    def principal_name(self) -> str:
+        """The key's name or the user's username, when they still exist."""
+        if self.api_key is not None:
+            return self.api_key.name
+        if self.user is not None:
+            return self.user.get_username()
+        return ""

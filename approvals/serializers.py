@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import prefetch_related_objects
 from rest_framework import serializers
 
-from shards.jsondiff import json_diff
 from shards.serializers import ShardIdField
 
-from .models import Approval, ApprovalStatus
+from .diffs import ShardNow, approval_diff, stored_diff
+from .models import Approval, ApprovalDecision, ApprovalStatus, decisions_prefetch
 from .services import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, MIN_TTL_SECONDS
 
 
@@ -43,14 +44,30 @@ class ApprovalDecisionSerializer(serializers.Serializer):
     approve = serializers.BooleanField()
     reason = serializers.CharField()
     created_at = serializers.DateTimeField()
+    principal = serializers.CharField(help_text='Who counts: "key:<prefix>" or "user:<id>".')
+    principal_name = serializers.CharField(help_text="The key's name or the user's username.")
+    agent_id = serializers.CharField(help_text="The agent id the key acted as; empty for people.")
+    counts = serializers.BooleanField(help_text="Whether this decision counts toward the quorum.")
 
 
 class ApprovalSerializer(serializers.ModelSerializer):
     """Documents the shape ``approval_data`` renders."""
 
-    diff = serializers.ListField(child=serializers.DictField(), allow_null=True)
+    diff = serializers.ListField(
+        child=serializers.DictField(),
+        allow_null=True,
+        help_text="RFC 6902 patch; null when too large, deep or slow to compute.",
+    )
+    diff_truncated = serializers.BooleanField(help_text="The diff was left out (see diff_omitted).")
+    diff_omitted = serializers.ChoiceField(
+        choices=["too_large", "too_deep", "too_slow"], allow_null=True
+    )
+    diff_version = serializers.IntegerField(help_text="The shard version the diff starts from.")
     current_version = serializers.IntegerField(allow_null=True)
     stale = serializers.BooleanField()
+    approvals_counted = serializers.IntegerField(
+        help_text="Approvals by distinct principals so far (of approvals_required)."
+    )
     decisions = ApprovalDecisionSerializer(many=True)
 
     class Meta:
@@ -68,7 +85,11 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "current_version",
             "stale",
             "diff",
+            "diff_truncated",
+            "diff_omitted",
+            "diff_version",
             "approvals_required",
+            "approvals_counted",
             "decisions",
             "created_at",
             "expires_at",
@@ -88,11 +109,27 @@ def _time(value: Any) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value is not None else None
 
 
-def approval_data(approval: Approval, current: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``current``: the shard's {"version", "value"} now, for the diff and drift;
-    without it the diff is against the value at request time."""
-    base = current["value"] if current else approval.value_at_request
-    current_version = current["version"] if current else None
+def decision_data(decision: ApprovalDecision) -> dict[str, Any]:
+    return {
+        "decider": decision.decider,
+        "approve": decision.approve,
+        "reason": decision.reason,
+        "created_at": _time(decision.created_at),
+        "principal": decision.principal,
+        "principal_name": decision.principal_name,
+        "agent_id": decision.agent_id,
+        "counts": decision.counts,
+    }
+
+
+def approval_data(approval: Approval, now: ShardNow | None = None) -> dict[str, Any]:
+    """``now``: the shard's version now, for the drift flag and a diff against the
+    current value (reused from the request while the shard has not moved).
+    Without it (lists), the stored diff against the value at request time:
+    a list never computes a diff."""
+    diff = approval_diff(approval, now) if now else stored_diff(approval)
+    current_version = now.version if now else None
+    prefetch_related_objects([approval], decisions_prefetch())  # a no-op when prefetched
     return {
         "id": approval.id,
         "shard_id": approval.shard_id,
@@ -106,17 +143,13 @@ def approval_data(approval: Approval, current: dict[str, Any] | None = None) -> 
         "current_version": current_version,
         # Drift: the shard moved on while this waited; approving would fail stale.
         "stale": current_version is not None and current_version != approval.expected_version,
-        "diff": json_diff(base, approval.proposed_value),
+        "diff": diff.patch,
+        "diff_truncated": diff.patch is None,
+        "diff_omitted": diff.omitted or None,
+        "diff_version": diff.version,
         "approvals_required": approval.approvals_required,
-        "decisions": [
-            {
-                "decider": d.decider,
-                "approve": d.approve,
-                "reason": d.reason,
-                "created_at": _time(d.created_at),
-            }
-            for d in approval.decisions.all()
-        ],
+        "approvals_counted": approval.approvals_counted(),
+        "decisions": [decision_data(d) for d in approval.decisions.all()],
         "created_at": _time(approval.created_at),
         "expires_at": _time(approval.expires_at),
         "decided_at": _time(approval.decided_at),

@@ -1,6 +1,9 @@
 """Writes for approval gates. Each rule lives in one function: the request
 checks in ``approval_request``, deciding (self-approval, expiry, quorum, the
-commit through ``occ_apply``) in ``approval_decide``, expiry in ``approval_expire``."""
+commit through ``occ_apply``) in ``approval_decide``, expiry in ``approval_expire``.
+
+Quorum counts principals (an API key, or a console user), never the agent ids
+one key claims; a principal decides a request at most once."""
 
 from __future__ import annotations
 
@@ -8,16 +11,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
 from shards import push
 from shards.audit import AuditWriter, audited_transaction, value_digest
 from shards.errors import ApiError
-from shards.models import AuditAction, Shard, ShardType
+from shards.models import ApiKey, AuditAction, Shard, ShardType
 from shards.services import Actor, occ_apply, owner_check, shard_get, value_validate
 
 from . import notify
+from .diffs import proposed_value_check, value_diff
 from .models import Approval, ApprovalDecision, ApprovalStatus
 
 DEFAULT_TTL_SECONDS = 3600
@@ -30,17 +35,25 @@ class Decider:
     """Who decides: a person in the console or an agent with approval:decide."""
 
     name: str  # "user:alice" or "agent:reviewer-1": what the audit log shows
+    # Who counts toward the quorum: "key:<prefix>" or "user:<id>".
+    principal: str
     agent_id: str = ""
     key_prefix: str = ""
+    user_id: int | None = None
 
     @classmethod
-    def user(cls, username: str) -> Decider:
-        return cls(name=f"user:{username}")
+    def user(cls, user: AbstractBaseUser) -> Decider:
+        return cls(name=f"user:{user.get_username()}", principal=f"user:{user.pk}", user_id=user.pk)
 
     @classmethod
     def agent(cls, actor: Actor) -> Decider:
+        # Every API caller has a key; "agent:" is only for in-process callers without one.
+        principal = f"key:{actor.key_prefix}" if actor.key_prefix else f"agent:{actor.agent_id}"
         return cls(
-            name=f"agent:{actor.agent_id}", agent_id=actor.agent_id, key_prefix=actor.key_prefix
+            name=f"agent:{actor.agent_id}",
+            principal=principal,
+            agent_id=actor.agent_id,
+            key_prefix=actor.key_prefix,
         )
 
 
@@ -79,7 +92,11 @@ def approval_request(
         )
     # Refuse now what the commit would refuse later, while the agent is listening.
     owner_check(shard, actor.agent_id)
+    proposed_value_check(proposed_value)
     value_validate(shard.value_schema, proposed_value)
+    # Everything that can fail comes before the store; the diff is computed here,
+    # once, outside the write lock, and never again while the shard stays put.
+    diff = value_diff(shard.value, proposed_value)
     now = timezone.now()
     with audited_transaction() as audit:
         approval = Approval.objects.create(
@@ -95,6 +112,8 @@ def approval_request(
             approvals_required=shard.approvals_required,
             created_at=now,
             expires_at=now + timedelta(seconds=ttl_seconds),
+            diff=diff.patch,
+            diff_omitted=diff.omitted,
         )
         audit.append(
             action=AuditAction.APPROVAL_REQUESTED,
@@ -158,18 +177,35 @@ def approval_decide(
 def _decide(
     audit: AuditWriter, approval: Approval, decider: Decider, approve: bool, reason: str
 ) -> None:
-    if approval.decisions.filter(decider=decider.name).exists():
-        raise ApiError(409, "ALREADY_DECIDED", f"{decider.name} has already decided this request.")
+    # Writers are serialised by the audit head lock, so this check cannot race;
+    # the partial unique constraint backs it up.
+    earlier = approval.decisions.filter(principal=decider.principal).first()
+    if earlier is not None:
+        raise ApiError(
+            409,
+            "ALREADY_DECIDED",
+            f"{decider.principal} has already decided this request (as {earlier.decider}); "
+            "a key or a person counts once, whatever agent id it acts as.",
+            approval_id=approval.id,
+            principal=decider.principal,
+            decided_as=earlier.decider,
+        )
     now = timezone.now()
     ApprovalDecision.objects.create(
         approval=approval,
         decider=decider.name,
+        principal=decider.principal,
         key_prefix=decider.key_prefix,
+        api_key=ApiKey.objects.filter(prefix=decider.key_prefix).first()
+        if decider.key_prefix
+        else None,
+        user_id=decider.user_id,
+        agent_id=decider.agent_id,
         approve=approve,
         reason=reason,
         created_at=now,
     )
-    approvals = approval.decisions.filter(approve=True).count()
+    approvals = approval.approvals_counted()
     audit.append(
         action=AuditAction.APPROVAL_APPROVED if approve else AuditAction.APPROVAL_REJECTED,
         agent_id=decider.name,
@@ -177,6 +213,7 @@ def _decide(
         shard_id=approval.shard_id,
         details={
             "approval_id": approval.id,
+            "principal": decider.principal,
             "reason": reason,
             "approvals": approvals,
             "approvals_required": approval.approvals_required,

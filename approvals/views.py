@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
@@ -11,11 +9,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from shards.auth import shard_scope_check
-from shards.models import Shard
 from shards.views import actor_of, parsed
 from zerolock_site.openapi import CONFLICT
 
 from . import services
+from .diffs import ShardNow, at_request, shard_now
 from .models import Approval
 from .serializers import (
     ApprovalListQuerySerializer,
@@ -29,8 +27,8 @@ from .serializers import (
 READ, REQUEST, DECIDE = "shard:read", "approval:request", "approval:decide"
 
 
-def current_of(approval: Approval) -> dict[str, Any] | None:
-    return Shard.objects.filter(pk=approval.shard_id).values("version", "value").first()
+def current_of(approval: Approval) -> ShardNow | None:
+    return shard_now(approval.shard_id)
 
 
 def visible_approval(request: Request, approval_id: str) -> Approval:
@@ -47,7 +45,9 @@ class ApprovalRequestView(APIView):
         data = parsed(ApprovalRequestSerializer, request.data)
         shard_scope_check(request.user, data["shard_id"])
         approval = services.approval_request(actor=actor_of(request), **data)
-        return Response(approval_data(approval, current_of(approval)), status=201)
+        # The shard as the request saw it: the answer is built from what was
+        # stored and computes nothing that could fail after the store.
+        return Response(approval_data(approval, at_request(approval)), status=201)
 
 
 class ApprovalListView(APIView):
@@ -66,7 +66,7 @@ class ApprovalListView(APIView):
             )
             .within_scopes(request.user.key.shard_prefixes)
             .newest_first()
-            .prefetch_related("decisions")
+            .with_decisions()
         )
         page = list(approvals[start : start + limit + 1])
         next_url = None

@@ -159,7 +159,13 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": CHANNEL_CAPACITY},
+            # redis-py 8 times socket reads out after 5 s, exactly channels_redis's
+            # blocking BZPOPMIN wait: an idle socket's consumer died with
+            # "Timeout reading from Redis". Reads may block a little longer.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+                "capacity": CHANNEL_CAPACITY,
+            },
         }
     }
     CACHES = {
@@ -271,6 +277,13 @@ ZEROLOCK_REJECTION_WRITE_BEHIND = env_bool("ZEROLOCK_REJECTION_WRITE_BEHIND", Tr
 ZEROLOCK_DELIVERY_RETENTION_DAYS = env_int("ZEROLOCK_DELIVERY_RETENTION_DAYS", 30)
 # Page size of list endpoints.
 ZEROLOCK_PAGE_SIZE = env_int("ZEROLOCK_PAGE_SIZE", 100)
+# Approval diffs are computed once, at request time, within these caps; past
+# one, the approval carries "diff": null and says why (approvals/diffs.py).
+ZEROLOCK_APPROVAL_DIFF_MAX_BYTES = env_int("ZEROLOCK_APPROVAL_DIFF_MAX_BYTES", 256 * 1024)
+ZEROLOCK_APPROVAL_DIFF_MAX_MS = env_int("ZEROLOCK_APPROVAL_DIFF_MAX_MS", 2000)
+# Proposed values nested deeper than this are refused (400); deeper shard values
+# are shown as "too deep" rather than diffed or pretty-printed.
+ZEROLOCK_APPROVAL_MAX_DEPTH = env_int("ZEROLOCK_APPROVAL_MAX_DEPTH", 100)
 
 # --- I18N, static ------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
