@@ -83,7 +83,10 @@ class Approval:
     reason: str = ""
     decided_by: str = ""
     stale: bool = False
-    diff: list[dict[str, Any]] = field(default_factory=list)
+    # None when the server left the diff out (too large, deep or slow to show);
+    # ``diff_omitted`` then says why. An empty list means "no change".
+    diff: list[dict[str, Any]] | None = field(default_factory=list)
+    diff_omitted: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -104,7 +107,8 @@ class Approval:
             reason=data.get("reason", ""),
             decided_by=data.get("decided_by", ""),
             stale=data.get("stale", False),
-            diff=data.get("diff") or [],
+            diff=data.get("diff") if data.get("diff_truncated") else data.get("diff") or [],
+            diff_omitted=data.get("diff_omitted"),
             raw=data,
         )
 
