@@ -120,6 +120,10 @@ class AuditQuerySerializer(serializers.Serializer):
     limit = Int64Field(required=False, min_value=1, max_value=1000, default=100)
 
 
+class HistoryQuerySerializer(serializers.Serializer):
+    after = Int64Field(required=False, min_value=0, default=0, help_text="Versions after this one.")
+
+
 class ShardListQuerySerializer(serializers.Serializer):
     type = serializers.ChoiceField(choices=ShardType.choices, required=False)
     prefix = serializers.CharField(required=False, max_length=128)
