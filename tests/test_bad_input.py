@@ -351,3 +351,72 @@ def test_a_300_mb_chunked_body_is_refused_at_the_limit_and_never_held():
         assert httpx.get(f"{url}/api/health", timeout=5).status_code == 200
     finally:
         stop_server(proc)
+
+
+# --- the WSGI bridge (what any ASGI server other than Daphne relies on) -----------------
+
+
+def _bridge_call(app, path: str, chunks: list[bytes]) -> list[dict]:
+    import asyncio
+
+    from zerolock_site.wsgi_bridge import PooledWsgiToAsgi
+
+    bridge = PooledWsgiToAsgi(app, threads=1)
+    pending = [
+        {"type": "http.request", "body": c, "more_body": i < len(chunks) - 1}
+        for i, c in enumerate(chunks)
+    ]
+    sent: list[dict] = []
+
+    async def receive():
+        return pending.pop(0)
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "headers": [],
+        "server": ("127.0.0.1", 80),
+        "client": ("127.0.0.1", 5000),
+        "scheme": "http",
+        "http_version": "1.1",
+        "root_path": "",
+    }
+    asyncio.run(bridge(scope, receive, send))
+    return sent
+
+
+def test_the_bridge_counts_a_chunked_body_and_never_calls_the_app_past_the_limit():
+    called = []
+
+    def app(environ, start_response):
+        called.append(environ)
+        start_response("200 OK", [])
+        return [b""]
+
+    sent = _bridge_call(app, "/api/shards", [b"x" * 600_000] * 3)
+    assert sent[0]["status"] == 413
+    assert json.loads(sent[1]["body"])["error"]["code"] == "PAYLOAD_TOO_LARGE"
+    assert called == []
+
+
+def test_a_crash_escaping_django_in_the_bridge_is_a_json_500_under_api():
+    def app(environ, start_response):
+        raise RuntimeError("boom")
+
+    sent = _bridge_call(app, "/api/shards", [b"{}"])
+    assert sent[0]["status"] == 500
+    assert json.loads(sent[1]["body"])["error"]["code"] == "INTERNAL_ERROR"
+    assert _bridge_call(app, "/console/", [b""])[0]["status"] == 500
+
+
+def test_a_refusal_from_the_outer_middleware_is_json_under_api(planner):
+    planner.raise_request_exception = False
+    response = planner.get("/api/shards", HTTP_HOST="evil.example")  # DisallowedHost
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "BAD_REQUEST"
