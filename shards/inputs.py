@@ -2,7 +2,7 @@
 
 - JSON bodies are parsed by ``SafeJSONParser`` (DRF's parser for every /api/
   view): nesting deeper than ``ZEROLOCK_MAX_JSON_DEPTH``, integers outside the
-  64-bit signed range and lone UTF-16 surrogates (``"\\ud800"``) are refused with
+  64-bit signed range, numbers too large for a float (``1e400``) and lone UTF-16 surrogates (``"\\ud800"``) are refused with
   400 before any view, serializer or database sees them. Each of these answered
   500 before: a RecursionError in ``json.loads``/the renderer, an overflow in the
   database driver, and a UnicodeEncodeError on write.
@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -78,6 +79,13 @@ def _int64(text: str) -> int:
     return value
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e400: no JSON encoder or database can write it back
+        raise ApiError(400, "VALIDATION_ERROR", f"Number out of range: {text[:40]}.")
+    return value
+
+
 def _no_constants(name: str) -> Any:
     raise ParseError(f"{name} is not valid JSON.")
 
@@ -112,7 +120,9 @@ def json_body_loads(raw: bytes | str) -> Any:
     json_depth_check(raw, settings.ZEROLOCK_MAX_JSON_DEPTH)
     try:
         text = raw.decode("utf-8")
-        data = json.loads(text, parse_int=_int64, parse_constant=_no_constants)
+        data = json.loads(
+            text, parse_int=_int64, parse_float=_finite_float, parse_constant=_no_constants
+        )
     except (UnicodeDecodeError, ValueError) as exc:
         raise ParseError(str(exc)) from None
     _surrogates_check(data)

@@ -157,6 +157,23 @@ def test_an_integer_past_64_bits_in_a_body_is_refused(admin, ledger, path, body)
     assert not Shard.objects.filter(pk="big").exists()
 
 
+def test_a_number_too_large_for_a_float_is_refused_even_in_an_additive_append(planner):
+    created = planner.post(
+        "/api/shards",
+        {"id": "log", "type": "additive", "crdt_type": "array", "initial_value": []},
+        format="json",
+    )
+    assert created.status_code == 201
+    assert (
+        "out of range"
+        in assert_400(post_raw(planner, "/api/shards/log/commit", '{"append": [1e400]}'))["message"]
+    )
+    assert (
+        planner.post("/api/shards/log/commit", {"append": [1.5e300]}, format="json").status_code
+        == 200
+    )
+
+
 @pytest.mark.parametrize(
     "path",
     [
