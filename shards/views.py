@@ -58,7 +58,11 @@ class ShardListView(APIView):
 
     @extend_schema(
         parameters=[ShardListQuerySerializer],
-        responses=ShardPageSerializer,
+        responses=OpenApiResponse(
+            ShardPageSerializer,
+            description="Ordered by id. A page ends at `limit` shards or earlier, when its "
+            "JSON would pass ZEROLOCK_LIST_MAX_BYTES; `next` continues it (null at the end).",
+        ),
         operation_id="shards_list",
     )
     def get(self, request: Request) -> HttpResponse:
