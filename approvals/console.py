@@ -144,9 +144,12 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
 
 
 def _day(value: str, *, end: bool = False) -> datetime | None:
-    day = parse_date(value) if value else None
-    if day is None:
+    """A filter date; ValueError for text that is not a real day (2024-02-31)."""
+    if not value:
         return None
+    day = parse_date(value)  # raises ValueError for a well-formed impossible date
+    if day is None:
+        raise ValueError(value)
     moment = datetime.combine(day, time.min, tzinfo=timezone.get_current_timezone())
     return moment + timedelta(days=1) if end else moment
 
@@ -161,13 +164,20 @@ def history(request: HttpRequest) -> HttpResponse:
     }
     if filters["status"] not in ApprovalStatus.values:
         filters["status"] = ""
+    days, errors = {}, []
+    for name in ("since", "until"):
+        try:
+            days[name] = _day(filters[name], end=name == "until")
+        except ValueError:
+            days[name] = None
+            errors.append(f"{name.capitalize()}: {filters[name]!r} is not a date (YYYY-MM-DD).")
     approvals = Approval.objects.matching(
         status=filters["status"],
         shard_id=filters["shard_id"],
         requested_by=filters["requested_by"],
         decided_by=filters["decided_by"],
-        since=_day(filters["since"]),
-        until=_day(filters["until"], end=True),
+        since=days["since"],
+        until=days["until"],
     ).newest_first()
     page = Paginator(approvals, 50).get_page(request.GET.get("page"))
     query = request.GET.copy()
@@ -180,5 +190,7 @@ def history(request: HttpRequest) -> HttpResponse:
             "filters": filters,
             "statuses": ApprovalStatus.values,
             "query": query.urlencode(),
+            "errors": errors,
         },
+        status=400 if errors else 200,
     )

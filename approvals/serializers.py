@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import prefetch_related_objects
 from rest_framework import serializers
 
+from shards.inputs import Int64Field
 from shards.serializers import ShardIdField
 
 from .diffs import ShardNow, approval_diff, stored_diff
@@ -17,9 +18,9 @@ from .services import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, MIN_TTL_SECONDS
 class ApprovalRequestSerializer(serializers.Serializer):
     shard_id = ShardIdField()
     proposed_value = serializers.JSONField(allow_null=True)
-    expected_version = serializers.IntegerField(min_value=1)
+    expected_version = Int64Field(min_value=1)
     description = serializers.CharField(max_length=4000)
-    ttl_seconds = serializers.IntegerField(
+    ttl_seconds = Int64Field(
         required=False,
         default=DEFAULT_TTL_SECONDS,
         min_value=MIN_TTL_SECONDS,
@@ -35,8 +36,9 @@ class ApprovalListQuerySerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=ApprovalStatus.choices, required=False)
     shard_id = serializers.CharField(required=False, max_length=128)
     requested_by = serializers.CharField(required=False, max_length=128)
-    page = serializers.IntegerField(required=False, min_value=1, default=1)
-    limit = serializers.IntegerField(required=False, min_value=1, max_value=500)
+    # page x limit is an SQL OFFSET: it must stay inside 64 bits.
+    page = Int64Field(required=False, min_value=1, max_value=10**12, default=1)
+    limit = Int64Field(required=False, min_value=1, max_value=500)
 
 
 class ApprovalDecisionSerializer(serializers.Serializer):

@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
 
@@ -70,7 +71,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             response["Retry-After"] = str(exc.details["retry_after"])
         return response
     if isinstance(exc, RequestDataTooBig):
-        return Response(_too_large(), status=413)
+        return Response(too_large_envelope(), status=413)
     if isinstance(exc, drf_exceptions.APIException):
         code = next((c for cls, c in _DRF_CODES if isinstance(exc, cls)), "ERROR")
         if code == "MALFORMED_JSON":
@@ -89,7 +90,12 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     return None
 
 
-def _too_large() -> dict[str, Any]:
+def internal_error() -> ApiError:
+    """What any unexpected failure under /api/ answers: no traceback, no detail."""
+    return ApiError(500, "INTERNAL_ERROR", "Internal server error.")
+
+
+def too_large_envelope() -> dict[str, Any]:
     limit = settings.ZEROLOCK_MAX_BODY_BYTES
     return envelope("PAYLOAD_TOO_LARGE", f"Request body exceeds {limit} bytes.", limit_bytes=limit)
 
@@ -122,7 +128,7 @@ class ApiErrorEnvelopeMiddleware:
             return None
         length = request.META.get("CONTENT_LENGTH") or "0"
         if length.isdigit() and int(length) > settings.ZEROLOCK_MAX_BODY_BYTES:
-            return JsonResponse(_too_large(), status=413)
+            return JsonResponse(too_large_envelope(), status=413)
         return None
 
     def _after(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
@@ -145,10 +151,33 @@ class ApiErrorEnvelopeMiddleware:
         if not request.path.startswith("/api/"):
             return None
         if isinstance(exc, RequestDataTooBig):
-            return JsonResponse(_too_large(), status=413)
+            return JsonResponse(too_large_envelope(), status=413)
         logger.exception("Unhandled error on %s %s", request.method, request.path)
-        return JsonResponse(envelope("INTERNAL_ERROR", "Internal server error."), status=500)
+        return JsonResponse(internal_error().envelope(), status=500)
 
 
 def _is_json(response: HttpResponse) -> bool:
     return response.get("Content-Type", "").startswith("application/json")
+
+
+# Django's error handlers (urls.py handler400/403/404/500): they answer for
+# failures in the middleware outside ApiErrorEnvelopeMiddleware (a disallowed
+# host, a crash in the session or CSRF layer), where the middleware never runs.
+def _api_or(default: Any, status: int) -> Any:
+    def handler(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+        if request.path.startswith("/api/"):
+            if status == 500:
+                return JsonResponse(internal_error().envelope(), status=500)
+            code = _STATUS_CODES[status]
+            return JsonResponse(
+                envelope(code, f"{code.replace('_', ' ').capitalize()}."), status=status
+            )
+        return default(request) if status == 500 else default(request, exception)
+
+    return handler
+
+
+handler400 = _api_or(defaults.bad_request, 400)
+handler403 = _api_or(defaults.permission_denied, 403)
+handler404 = _api_or(defaults.page_not_found, 404)
+handler500 = _api_or(defaults.server_error, 500)

@@ -7,7 +7,14 @@ from django.utils import timezone
 
 from .prefixes import prefix_q, scopes_q, within_prefixes
 
-SHARD_ID_REGEX = r"^[A-Za-z0-9_.:-]{1,128}$"
+# 1-128 of [A-Za-z0-9_.:-], except "." and ".." (path segments: a URL with them
+# names another resource). Three branches rather than a lookahead so OpenAPI
+# tools that generate ids from the pattern can read it.
+SHARD_ID_REGEX = (
+    r"^(?:[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,127}"
+    r"|\.[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,126}"
+    r"|\.\.[A-Za-z0-9_.:-]{1,126})$"
+)
 
 
 class ShardType(models.TextChoices):

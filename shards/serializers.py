@@ -6,9 +6,10 @@ from typing import Any
 
 from rest_framework import serializers
 
+from .inputs import Int64Field
 from .models import SHARD_ID_REGEX, AuditEntry, CrdtType, OwnerPolicy, Shard, ShardType
 
-_ID_HELP = "1-128 chars of [A-Za-z0-9_.:-]"
+_ID_HELP = '1-128 chars of [A-Za-z0-9_.:-], not "." or ".."'
 
 
 class ShardIdField(serializers.RegexField):
@@ -23,9 +24,7 @@ class ShardCreateSerializer(serializers.Serializer):
     crdt_type = serializers.ChoiceField(choices=CrdtType.choices, required=False, allow_null=True)
     initial_value = serializers.JSONField(required=False, allow_null=True, default=None)
     reversible = serializers.BooleanField(required=False, default=True)
-    approvals_required = serializers.IntegerField(
-        required=False, default=1, min_value=1, max_value=10
-    )
+    approvals_required = Int64Field(required=False, default=1, min_value=1, max_value=10)
     value_schema = serializers.JSONField(required=False, allow_null=True, default=None)
     owner_policy = serializers.ChoiceField(
         choices=OwnerPolicy.choices, required=False, default=OwnerPolicy.SINGLE_WRITER
@@ -39,15 +38,11 @@ class ShardCreateSerializer(serializers.Serializer):
 
 
 class CommitSerializer(serializers.Serializer):
-    # Versions are 64-bit columns: a larger one can never be current (and once
-    # overflowed the batched rejection audit, issue 16 finding 8).
-    expected_version = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
+    expected_version = Int64Field(min_value=1)
     new_value = serializers.JSONField(allow_null=True)
-    read_set = serializers.DictField(
-        child=serializers.IntegerField(min_value=1), required=False, default=dict
-    )
+    read_set = serializers.DictField(child=Int64Field(min_value=1), required=False, default=dict)
     approval_id = serializers.CharField(required=False, allow_null=True, max_length=64)
-    fence = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    fence = Int64Field(required=False, allow_null=True, min_value=1)
 
     def validate_read_set(self, value: dict[str, int]) -> dict[str, int]:
         field = ShardIdField()
@@ -121,15 +116,19 @@ class AuditQuerySerializer(serializers.Serializer):
     agent_id = serializers.CharField(required=False)
     action = serializers.CharField(required=False)
     since = serializers.DateTimeField(required=False)
-    after = serializers.IntegerField(required=False, min_value=0, default=0)
-    limit = serializers.IntegerField(required=False, min_value=1, max_value=1000, default=100)
+    after = Int64Field(required=False, min_value=0, default=0)
+    limit = Int64Field(required=False, min_value=1, max_value=1000, default=100)
+
+
+class HistoryQuerySerializer(serializers.Serializer):
+    after = Int64Field(required=False, min_value=0, default=0, help_text="Versions after this one.")
 
 
 class ShardListQuerySerializer(serializers.Serializer):
     type = serializers.ChoiceField(choices=ShardType.choices, required=False)
     prefix = serializers.CharField(required=False, max_length=128)
     after = serializers.CharField(required=False, max_length=128)
-    limit = serializers.IntegerField(required=False, min_value=1, max_value=1000)
+    limit = Int64Field(required=False, min_value=1, max_value=1000)
 
 
 # --- rendering ---------------------------------------------------------------

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -13,7 +14,7 @@ from rest_framework.views import APIView
 
 from zerolock_site.openapi import CONFLICT
 
-from . import leases, metrics, services
+from . import leases, metrics, pages, services
 from .auth import Principal, shard_scope_check
 from .errors import ApiError
 from .models import AuditEntry, Shard, ShardType
@@ -23,6 +24,7 @@ from .serializers import (
     CommitResultSerializer,
     CommitSerializer,
     HistoryEntrySerializer,
+    HistoryQuerySerializer,
     ShardCreateSerializer,
     ShardListQuerySerializer,
     ShardPageSerializer,
@@ -58,10 +60,14 @@ class ShardListView(APIView):
 
     @extend_schema(
         parameters=[ShardListQuerySerializer],
-        responses=ShardPageSerializer,
+        responses=OpenApiResponse(
+            ShardPageSerializer,
+            description="Ordered by id. A page ends at `limit` shards or earlier, when its "
+            "JSON would pass ZEROLOCK_LIST_MAX_BYTES; `next` continues it (null at the end).",
+        ),
         operation_id="shards_list",
     )
-    def get(self, request: Request) -> Response:
+    def get(self, request: Request) -> HttpResponse:
         query = parsed(ShardListQuerySerializer, request.query_params.dict())
         limit = query.get("limit") or settings.ZEROLOCK_PAGE_SIZE
         shards = (
@@ -71,16 +77,14 @@ class ShardListView(APIView):
         )
         if query.get("after"):
             shards = shards.filter(id__gt=query["after"])
-        page = list(shards.order_by("id")[: limit + 1])
+        rows = shards.order_by("id")[: limit + 1].iterator(chunk_size=pages.FETCH_CHUNK)
+        page = pages.page_collect(rows, _listed_shard, limit=limit)
         next_url = None
-        if len(page) > limit:
-            page = page[:limit]
-            params = request.query_params.copy()
-            params["after"] = page[-1].id
-            next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
-        for shard in page:
-            shard.value = services.shard_current_value(shard)
-        return Response({"results": [shard_data(s) for s in page], "next": next_url})
+        if page.more:
+            next_url = _next_url(request, "after", page.last.id)
+        return pages.json_response(
+            b'{"results":' + page.json_list() + b',"next":' + pages.encode(next_url) + b"}"
+        )
 
     @extend_schema(request=ShardCreateSerializer, responses={201: ShardSerializer, 409: CONFLICT})
     def post(self, request: Request) -> Response:
@@ -99,6 +103,26 @@ class ShardListView(APIView):
             owners=data["owners"],
         )
         return Response(shard_data(shard), status=201)
+
+
+def _listed_shard(shard: Shard) -> dict[str, Any]:
+    shard.value = services.shard_current_value(shard)
+    return shard_data(shard)
+
+
+def _next_url(request: Request, param: str, value: Any) -> str:
+    params = request.query_params.copy()
+    params[param] = str(value)
+    return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+
+
+def _list_response(request: Request, page: pages.Page, param: str, value: Any) -> HttpResponse:
+    """A bare JSON list (the contract's shape); a cut-short list says where it
+    goes on in a ``Link: <url>; rel="next"`` header."""
+    response = pages.json_response(page.json_list())
+    if page.more:
+        response["Link"] = f'<{_next_url(request, param, value)}>; rel="next"'
+    return response
 
 
 class ShardDetailView(APIView):
@@ -148,25 +172,49 @@ class ShardCommitView(APIView):
 class ShardHistoryView(APIView):
     required_permissions = {"GET": READ}
 
-    @extend_schema(responses=HistoryEntrySerializer(many=True))
-    def get(self, request: Request, shard_id: str) -> Response:
+    @extend_schema(
+        parameters=[HistoryQuerySerializer],
+        responses={
+            200: OpenApiResponse(
+                HistoryEntrySerializer(many=True),
+                description="Oldest first. A list cut short by ZEROLOCK_LIST_MAX_BYTES "
+                'carries `Link: <url>; rel="next"` (the same query from a later version).',
+            )
+        },
+    )
+    def get(self, request: Request, shard_id: str) -> HttpResponse:
+        query = parsed(HistoryQuerySerializer, request.query_params.dict())
         shard = services.shard_get(shard_id, payload=False)
-        entries = AuditEntry.objects.history_of(shard)
-        return Response([history_data(e) for e in entries])
+        entries = AuditEntry.objects.history_of(shard).filter(version_after__gt=query["after"])
+        rows = entries.iterator(chunk_size=pages.FETCH_CHUNK)
+        page = pages.page_collect(rows, history_data, limit=None)
+        last = page.last.version_after if page.last else None
+        return _list_response(request, page, "after", last)
 
 
 class AuditListView(APIView):
     required_permissions = {"GET": ADMIN}
 
-    @extend_schema(parameters=[AuditQuerySerializer], responses=AuditEntrySerializer(many=True))
-    def get(self, request: Request) -> Response:
+    @extend_schema(
+        parameters=[AuditQuerySerializer],
+        responses={
+            200: OpenApiResponse(
+                AuditEntrySerializer(many=True),
+                description="Oldest first. A list cut short (by `limit` or by "
+                'ZEROLOCK_LIST_MAX_BYTES) carries `Link: <url>; rel="next"`.',
+            )
+        },
+    )
+    def get(self, request: Request) -> HttpResponse:
         query = parsed(AuditQuerySerializer, request.query_params.dict())
         entries = AuditEntry.objects.since(query.get("since")).filter(id__gt=query["after"])
         for field in ("shard_id", "agent_id", "action"):
             if query.get(field):
                 entries = entries.filter(**{field: query[field]})
-        page = entries.order_by("id")[: query["limit"]]
-        return Response([audit_data(e) for e in page])
+        limit = query["limit"]
+        rows = entries.order_by("id")[: limit + 1].iterator(chunk_size=pages.FETCH_CHUNK)
+        page = pages.page_collect(rows, audit_data, limit=limit)
+        return _list_response(request, page, "after", page.last.pk if page.last else None)
 
 
 class TxnView(APIView):

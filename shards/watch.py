@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qs
@@ -18,9 +19,12 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 
 from .auth import key_from_raw, permission_check, split_raw_key
-from .errors import ApiError
+from .errors import ApiError, internal_error
+from .inputs import revision_param
 from .models import AuditAction, AuditEntry
 from .prefixes import prefix_matches, prefix_q
+
+logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.1
 BATCH = 500
@@ -94,11 +98,7 @@ def parse_watch_params(query: dict[str, list[str]]) -> tuple[str, int]:
     raw_since = query.get("since", [""])[0]
     if raw_since == "":
         return prefix, -1  # from now on
-    if not raw_since.isdigit():
-        raise ApiError(
-            400, "VALIDATION_ERROR", "since must be a revision (a non-negative integer)."
-        )
-    return prefix, int(raw_since)
+    return prefix, revision_param(raw_since, "since")
 
 
 @database_sync_to_async
@@ -130,22 +130,18 @@ class WatchEvents:
                 raise ApiError(405, "METHOD_NOT_ALLOWED", "Watch with GET.")
             prefix, since = parse_watch_params(query)
             resume = headers.get(b"last-event-id", b"").decode("latin1")
-            if resume.isdigit():
-                since = int(resume)
+            if resume:
+                since = revision_param(resume, "Last-Event-ID")
             raw_key = headers.get(b"x-api-key", b"").decode("latin1")
             if not raw_key:
                 raise ApiError(401, "UNAUTHENTICATED", "Send your API key in the X-API-Key header.")
             since = await _open(raw_key, prefix, since)
         except ApiError as error:
-            body = json.dumps(error.envelope()).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": error.status,
-                    "headers": [(b"content-type", b"application/json")],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await _send_error(send, error)
+            return
+        except Exception:  # outside Django: nothing else would answer in the envelope
+            logger.exception("Unhandled error opening a watch")
+            await _send_error(send, internal_error())
             return
         await send(
             {
@@ -184,6 +180,17 @@ class WatchEvents:
                 )
         finally:
             disconnected.cancel()
+
+
+async def _send_error(send: Any, error: ApiError) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": error.status,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": json.dumps(error.envelope()).encode()})
 
 
 async def _disconnect(receive: Any) -> None:

@@ -71,7 +71,9 @@ def test_the_shards_page_shows_a_commit_live_and_metrics_draw(live_server_url):
         api.post("/api/shards/fleet.1/commit", json={"expected_version": 1, "new_value": -1})
         page.goto(f"{live_server_url}/dashboard/metrics")
         page.wait_for_function(
-            "Number(document.body.dataset.metricsDrawn || 0) >= 2", timeout=10000
+            # A function, not an expression: the page's CSP forbids eval of strings.
+            "() => Number(document.body.dataset.metricsDrawn || 0) >= 2",
+            timeout=10000,
         )
         commits = page.evaluate(
             "Chart.getChart('chart-rates').data.datasets[0].data.reduce((a, b) => a + b, 0)"

@@ -10,13 +10,30 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import StaticFilesHandler  # noqa: E402
+from django.core.exceptions import SuspiciousOperation  # noqa: E402
+from django.core.handlers.exception import response_for_exception  # noqa: E402
+from django.http import Http404  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from shards.consumers import AgentConsumer, LiveConsumer  # noqa: E402
 from shards.watch import WatchEvents  # noqa: E402
 from shards.yjs import ShardYjsConsumer  # noqa: E402
 
+from .body_limit import install_daphne_body_limit  # noqa: E402
 from .wsgi_bridge import PooledWsgiToAsgi  # noqa: E402
+
+install_daphne_body_limit()
+
+
+class StaticFiles(StaticFilesHandler):
+    """A path escaping the static folders (``/static/..%2f``) is a missing file:
+    404, not the SuspiciousFileOperation that Django's handler lets through as 500."""
+
+    def get_response(self, request):  # type: ignore[no-untyped-def]
+        try:
+            return super().get_response(request)
+        except SuspiciousOperation:
+            return response_for_exception(request, Http404("No such static file."))
 
 
 class WatchOrWsgi:
@@ -39,9 +56,7 @@ application = ProtocolTypeRouter(
         # Static files (admin, console assets) straight from the app folders: the
         # pages are low-traffic and this spares a collectstatic step and a proxy.
         "http": WatchOrWsgi(
-            PooledWsgiToAsgi(
-                StaticFilesHandler(django_wsgi_app), threads=settings.ZEROLOCK_HTTP_THREADS
-            )
+            PooledWsgiToAsgi(StaticFiles(django_wsgi_app), threads=settings.ZEROLOCK_HTTP_THREADS)
         ),
         # Agents authenticate with their API key, not a cookie, so there is no
         # cross-site risk to guard with an Origin check on their sockets.

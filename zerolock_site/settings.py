@@ -73,6 +73,7 @@ INSTALLED_APPS = [
 # README req/s on Daphne).
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -84,6 +85,37 @@ MIDDLEWARE = [
     "shards.middleware.RateLimitMiddleware",
     "shards.idempotency.IdempotencyMiddleware",
 ]
+
+# --- Browser security headers -------------------------------------------------
+# Set ZEROLOCK_HTTPS=true when ZeroLock is reached over HTTPS (directly or behind a
+# proxy that sends X-Forwarded-Proto; ZEROLOCK_TRUST_X_FORWARDED_PROTO=true then):
+# cookies become Secure and HSTS is sent. Plain-http localhost keeps both off, or
+# the login cookie would never come back.
+ZEROLOCK_HTTPS = env_bool("ZEROLOCK_HTTPS", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = ZEROLOCK_HTTPS
+if env_bool("ZEROLOCK_TRUST_X_FORWARDED_PROTO", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# SecurityMiddleware sends HSTS only on requests that arrived over HTTPS.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if ZEROLOCK_HTTPS else 0)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# django-csp. Scripts only from our own static files (htmx, Chart.js, Swagger UI
+# are served locally; no inline script anywhere). Inline styles are allowed:
+# Swagger UI's page and widgets set them, and styles cannot run code.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 
 ROOT_URLCONF = "zerolock_site.urls"
 WSGI_APPLICATION = "zerolock_site.wsgi.application"
@@ -235,7 +267,7 @@ LOGIN_REDIRECT_URL = "/console/"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["shards.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["shards.auth.HasKeyPermission"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["shards.inputs.SafeJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "shards.errors.api_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -265,6 +297,13 @@ ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE = env_int("ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE",
 # Request bodies above this get 413 PAYLOAD_TOO_LARGE.
 ZEROLOCK_MAX_BODY_BYTES = env_int("ZEROLOCK_MAX_BODY_BYTES", 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = ZEROLOCK_MAX_BODY_BYTES
+# JSON bodies nested deeper than this get 400 (json.loads recurses per level and
+# failed near 1,000; values in the tests nest a handful of levels).
+ZEROLOCK_MAX_JSON_DEPTH = env_int("ZEROLOCK_MAX_JSON_DEPTH", 64)
+# List pages (shards, audit, history) stop adding items once their JSON would
+# pass this many bytes, and say `next`; a single item larger than it still goes
+# out alone. Keeps memory flat when values are large.
+ZEROLOCK_LIST_MAX_BYTES = env_int("ZEROLOCK_LIST_MAX_BYTES", 4 * 1024 * 1024)
 # Record reads in a background thread, in batches (see shards/deliveries.py).
 ZEROLOCK_DELIVERY_WRITE_BEHIND = env_bool("ZEROLOCK_DELIVERY_WRITE_BEHIND", True)
 # Metrics (commit samples, counters, socket gauges) are written by a background

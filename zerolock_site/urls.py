@@ -11,3 +11,9 @@ urlpatterns = [
     path("console/", include("approvals.console_urls")),
     path("dashboard/", include("dashboard.urls")),
 ]
+
+# /api/ errors raised outside DRF and the envelope middleware still answer JSON.
+handler400 = "shards.errors.handler400"
+handler403 = "shards.errors.handler403"
+handler404 = "shards.errors.handler404"
+handler500 = "shards.errors.handler500"

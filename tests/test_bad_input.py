@@ -1,0 +1,439 @@
+"""Issue 16, finding 14: the bad inputs that answered 5xx now answer 4xx in the
+JSON envelope, and a body past the size limit is refused as it arrives."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from shards import services
+from shards.models import Shard
+from tests.conftest import server_env, start_server, stop_server
+
+pytestmark = pytest.mark.django_db
+
+HUGE = 2**70
+
+
+def assert_400(response, code: str = "VALIDATION_ERROR") -> dict:
+    assert response.status_code == 400, response.content
+    assert response["Content-Type"].startswith("application/json")
+    error = response.json()["error"]
+    assert error["code"] == code and error["message"]
+    return error
+
+
+def post_raw(client, path: str, body: str):
+    return client.post(
+        path, data=body.encode("utf-8", "surrogatepass"), content_type="application/json"
+    )
+
+
+@pytest.fixture
+def ledger(planner) -> Shard:
+    assert (
+        planner.post(
+            "/api/shards", {"id": "ledger", "type": "decision", "initial_value": 1}, format="json"
+        ).status_code
+        == 201
+    )
+    return Shard.objects.get(pk="ledger")
+
+
+# --- JSON depth ------------------------------------------------------------------
+
+
+def test_json_nested_five_thousand_levels_is_refused_as_too_deep_not_a_crash(planner):
+    value = "[" * 5000 + "]" * 5000
+    error = assert_400(
+        post_raw(
+            planner,
+            "/api/shards",
+            f'{{"id": "deep", "type": "decision", "initial_value": {value}}}',
+        )
+    )
+    assert "too deep" in error["message"]
+    assert not Shard.objects.filter(pk="deep").exists()
+
+
+def test_a_config_nested_sixty_levels_is_accepted_and_brackets_inside_strings_do_not_count(planner):
+    value = "[" * 60 + json.dumps("[[[[{{{{" * 100) + "]" * 60
+    response = post_raw(
+        planner, "/api/shards", f'{{"id": "nested", "type": "decision", "initial_value": {value}}}'
+    )
+    assert response.status_code == 201, response.content
+    stored = Shard.objects.get(pk="nested").value
+    for _ in range(60):
+        stored = stored[0]
+    assert stored == "[[[[{{{{" * 100
+
+
+def test_a_deep_approval_request_and_a_deep_txn_are_refused_the_same_way(admin, ledger):
+    deep = "{" + '"a":{' * 200 + "}" * 200 + "}"
+    assert "too deep" in assert_400(post_raw(admin, "/api/approvals/request", deep))["message"]
+    assert "too deep" in assert_400(post_raw(admin, "/api/txn", deep))["message"]
+
+
+# --- lone surrogates ---------------------------------------------------------------
+
+
+def test_a_lone_surrogate_in_a_value_or_a_key_is_refused(planner, ledger):
+    assert (
+        "surrogate"
+        in assert_400(
+            post_raw(
+                planner,
+                "/api/shards",
+                r'{"id": "s", "type": "decision", "initial_value": "\ud800"}',
+            )
+        )["message"]
+    )
+    body = r'{"expected_version": 1, "new_value": {"\udfff": 1}}'
+    assert_400(post_raw(planner, "/api/shards/ledger/commit", body))
+    assert Shard.objects.get(pk="ledger").version == 1
+
+
+def test_a_proper_surrogate_pair_is_an_emoji_and_is_stored(planner, ledger):
+    response = post_raw(
+        planner,
+        "/api/shards/ledger/commit",
+        r'{"expected_version": 1, "new_value": "\ud83d\ude00"}',
+    )
+    assert response.status_code == 200, response.content
+    assert Shard.objects.get(pk="ledger").value == "\U0001f600"
+
+
+# --- integers out of 64-bit range ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/shards/ledger/commit", {"expected_version": 1, "new_value": 2, "fence": HUGE}),
+        ("/api/shards/ledger/commit", {"expected_version": 1, "new_value": 2, "fence": str(HUGE)}),
+        ("/api/shards/ledger/commit", {"expected_version": HUGE, "new_value": 2}),
+        ("/api/shards/ledger/commit", {"expected_version": 2**63, "new_value": 2}),
+        ("/api/shards/ledger/commit", {"expected_version": 1, "new_value": HUGE}),
+        ("/api/shards/ledger/commit", {"expected_version": 1, "new_value": {"n": [-HUGE]}}),
+        (
+            "/api/shards/ledger/commit",
+            {"expected_version": 1, "new_value": 2, "read_set": {"ledger": HUGE}},
+        ),
+        ("/api/shards", {"id": "big", "type": "decision", "initial_value": HUGE}),
+        ("/api/shards", {"id": "big", "type": "decision", "approvals_required": HUGE}),
+        (
+            "/api/approvals/request",
+            {
+                "shard_id": "ledger",
+                "proposed_value": 2,
+                "expected_version": HUGE,
+                "description": "d",
+            },
+        ),
+        (
+            "/api/approvals/request",
+            {
+                "shard_id": "ledger",
+                "proposed_value": 2,
+                "expected_version": 1,
+                "description": "d",
+                "ttl_seconds": str(HUGE),
+            },
+        ),
+        ("/api/leases", {"ttl_seconds": HUGE}),
+        ("/api/txn", {"compare": [{"shard_id": "ledger", "version": HUGE}], "success": []}),
+    ],
+)
+def test_an_integer_past_64_bits_in_a_body_is_refused(admin, ledger, path, body):
+    assert_400(admin.post(path, data=json.dumps(body), content_type="application/json"))
+    assert Shard.objects.get(pk="ledger").version == 1
+    assert not Shard.objects.filter(pk="big").exists()
+
+
+def test_a_number_too_large_for_a_float_is_refused_even_in_an_additive_append(planner):
+    created = planner.post(
+        "/api/shards",
+        {"id": "log", "type": "additive", "crdt_type": "array", "initial_value": []},
+        format="json",
+    )
+    assert created.status_code == 201
+    assert (
+        "out of range"
+        in assert_400(post_raw(planner, "/api/shards/log/commit", '{"append": [1e400]}'))["message"]
+    )
+    assert (
+        planner.post("/api/shards/log/commit", {"append": [1.5e300]}, format="json").status_code
+        == 200
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"/api/approvals?page={HUGE}",
+        f"/api/approvals?page={10**17}",
+        f"/api/approvals?limit={HUGE}",
+        f"/api/shards?limit={HUGE}",
+        f"/api/audit?after={HUGE}",
+        f"/api/audit?limit={HUGE}",
+        f"/api/shards/ledger/history?after={HUGE}",
+    ],
+)
+def test_an_integer_past_64_bits_in_a_query_is_refused(admin, ledger, path):
+    assert_400(admin.get(path))
+
+
+def test_the_largest_64_bit_expected_version_is_a_plain_stale_refusal(planner, ledger):
+    response = planner.post(
+        "/api/shards/ledger/commit", {"expected_version": 2**63 - 1, "new_value": 2}, format="json"
+    )
+    assert response.status_code == 409, response.content
+
+
+# --- shard ids -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shard_id", [".", ".."])
+def test_the_path_segments_dot_and_dot_dot_are_not_shard_ids(planner, shard_id):
+    assert_400(planner.post("/api/shards", {"id": shard_id, "type": "decision"}, format="json"))
+    assert not Shard.objects.filter(pk=shard_id).exists()
+
+
+def test_ids_that_merely_contain_dots_are_still_fine(planner):
+    for shard_id in ("...", ".hidden", "..x", "v1.2"):
+        assert (
+            planner.post(
+                "/api/shards", {"id": shard_id, "type": "decision"}, format="json"
+            ).status_code
+            == 201
+        )
+
+
+# --- unexpected errors ----------------------------------------------------------
+
+
+def test_an_unexpected_crash_in_a_view_is_a_json_500_without_a_traceback(
+    planner, ledger, monkeypatch
+):
+    def explode(**kwargs):
+        raise RuntimeError("secret internals /etc/passwd")
+
+    monkeypatch.setattr(services, "shard_read", explode)
+    planner.raise_request_exception = False
+    response = planner.get("/api/shards/ledger")
+    assert response.status_code == 500
+    assert response["Content-Type"].startswith("application/json")
+    assert response.json() == {
+        "error": {"code": "INTERNAL_ERROR", "message": "Internal server error."}
+    }
+    assert b"Traceback" not in response.content and b"secret" not in response.content
+
+
+def test_unknown_api_paths_and_wrong_methods_answer_in_the_envelope(planner):
+    assert planner.get("/api/no-such-thing").json()["error"]["code"] == "NOT_FOUND"
+    response = planner.put("/api/shards", {}, format="json")
+    assert response.status_code == 405 and response.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+
+
+async def test_a_crash_while_opening_a_watch_is_a_json_500_not_daphnes_html(monkeypatch):
+    from shards import watch
+
+    async def explode(*args):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(watch, "_open", explode)
+    sent: list[dict] = []
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/api/watch",
+        "query_string": b"",
+        "headers": [(b"x-api-key", b"zl_x.y")],
+    }
+    await watch.WatchEvents()(scope, receive, send)
+    assert sent[0]["status"] == 500
+    assert json.loads(sent[1]["body"]) == {
+        "error": {"code": "INTERNAL_ERROR", "message": "Internal server error."}
+    }
+
+
+# --- the console's history filters -----------------------------------------------------
+
+
+def test_an_impossible_date_in_the_console_history_filter_is_an_error_message_not_a_500():
+    alice = User.objects.create_superuser("alice", password="pw")
+    client = Client(raise_request_exception=False)
+    client.force_login(alice)
+    response = client.get("/console/history?since=2024-02-31&until=yesterday")
+    assert response.status_code == 400
+    assert b"2024-02-31" in response.content and b"is not a date" in response.content
+    assert client.get("/console/history?since=2024-02-28").status_code == 200
+
+
+# --- on the live server: the ASGI paths ---------------------------------------------------
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_watch_refuses_superscript_and_huge_revisions_in_json(live_server_url, make_key):
+    key = make_key("shard:read")
+    for params, headers in [
+        ({"since": "²"}, {}),
+        ({"since": "١٢"}, {}),  # Arabic-Indic digits: isdigit() too
+        ({"since": str(HUGE)}, {}),
+        ({}, {"Last-Event-ID": "²".encode()}),
+        ({}, {"Last-Event-ID": str(HUGE)}),
+    ]:
+        response = httpx.get(
+            f"{live_server_url}/api/watch",
+            params=params,
+            headers={"X-API-Key": key, **headers},
+            timeout=5,
+        )
+        assert response.status_code == 400, (params, headers, response.text)
+        assert response.json()["error"]["code"] == "VALIDATION_ERROR"
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_a_static_path_escaping_its_folder_is_not_found(live_server_url):
+    for path in ("/static/..%2f", "/static/..%2f..%2fpyproject.toml", "/static/%2e%2e/settings.py"):
+        response = httpx.get(f"{live_server_url}{path}", timeout=5)
+        assert response.status_code == 404, (path, response.status_code)
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def _chunked_upload(url: str, total: int, chunk: bytes) -> tuple[bytes, int]:
+    """Sends a chunked POST of up to ``total`` bytes over a raw socket until the
+    server stops reading; returns what it answered and how much was sent."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(
+        b"POST /api/shards HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    sent = 0
+    frame = b"%x\r\n" % len(chunk) + chunk + b"\r\n"
+    try:
+        while sent < total:
+            sock.sendall(frame)
+            sent += len(chunk)
+    except (BrokenPipeError, ConnectionResetError, TimeoutError):
+        pass
+    answer = b""
+    try:
+        while data := sock.recv(65536):
+            answer += data
+    except (ConnectionResetError, TimeoutError):
+        pass
+    sock.close()
+    return answer, sent
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_a_300_mb_chunked_body_is_refused_at_the_limit_and_never_held():
+    proc, url = start_server(server_env())
+    try:
+        before = _rss_kb(proc.pid)
+        answer, sent = _chunked_upload(url, 300 * 1024 * 1024, b"x" * 65536)
+        time.sleep(0.5)
+        grown_mb = (_rss_kb(proc.pid) - before) / 1024
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 413"), answer[:300]
+        assert json.loads(body)["error"]["code"] == "PAYLOAD_TOO_LARGE"
+        # The server stopped reading near the 1 MB limit (socket buffers aside).
+        assert sent < 64 * 1024 * 1024, sent
+        assert grown_mb < 30, grown_mb
+        assert httpx.get(f"{url}/api/health", timeout=5).status_code == 200
+    finally:
+        stop_server(proc)
+
+
+# --- the WSGI bridge (what any ASGI server other than Daphne relies on) -----------------
+
+
+def _bridge_call(app, path: str, chunks: list[bytes]) -> list[dict]:
+    import asyncio
+
+    from zerolock_site.wsgi_bridge import PooledWsgiToAsgi
+
+    bridge = PooledWsgiToAsgi(app, threads=1)
+    pending = [
+        {"type": "http.request", "body": c, "more_body": i < len(chunks) - 1}
+        for i, c in enumerate(chunks)
+    ]
+    sent: list[dict] = []
+
+    async def receive():
+        return pending.pop(0)
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "headers": [],
+        "server": ("127.0.0.1", 80),
+        "client": ("127.0.0.1", 5000),
+        "scheme": "http",
+        "http_version": "1.1",
+        "root_path": "",
+    }
+    asyncio.run(bridge(scope, receive, send))
+    return sent
+
+
+def test_the_bridge_counts_a_chunked_body_and_never_calls_the_app_past_the_limit():
+    called = []
+
+    def app(environ, start_response):
+        called.append(environ)
+        start_response("200 OK", [])
+        return [b""]
+
+    sent = _bridge_call(app, "/api/shards", [b"x" * 600_000] * 3)
+    assert sent[0]["status"] == 413
+    assert json.loads(sent[1]["body"])["error"]["code"] == "PAYLOAD_TOO_LARGE"
+    assert called == []
+
+
+def test_a_crash_escaping_django_in_the_bridge_is_a_json_500_under_api():
+    def app(environ, start_response):
+        raise RuntimeError("boom")
+
+    sent = _bridge_call(app, "/api/shards", [b"{}"])
+    assert sent[0]["status"] == 500
+    assert json.loads(sent[1]["body"])["error"]["code"] == "INTERNAL_ERROR"
+    assert _bridge_call(app, "/console/", [b""])[0]["status"] == 500
+
+
+def test_a_refusal_from_the_outer_middleware_is_json_under_api(planner):
+    planner.raise_request_exception = False
+    response = planner.get("/api/shards", HTTP_HOST="evil.example")  # DisallowedHost
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "BAD_REQUEST"

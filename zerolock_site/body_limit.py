@@ -1,0 +1,74 @@
+"""The request body limit where the body arrives: in Daphne, before the app.
+
+Daphne (Twisted) receives the whole body, spooling it to a temporary file, and
+only then hands it to the application, queueing every chunk at once: a 300 MB
+chunked body was read in full (and queued in memory) before the 401. Twisted's
+``Request.handleContentChunk`` sees each piece as it arrives, so counting there
+refuses a body the moment it passes ``ZEROLOCK_MAX_BODY_BYTES``, declared
+(Content-Length) or not (chunked), and nothing past the limit is kept.
+
+Installed once from ``zerolock_site/asgi.py``. The WSGI bridge counts again (for
+any other ASGI server), and ApiErrorEnvelopeMiddleware checks Content-Length (for
+WSGI servers, where Django reads no chunked body at all).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+
+from shards.errors import too_large_envelope
+
+
+def _refuse(request: Any) -> None:
+    """Answers 413 at once and closes: the rest of the body is never read."""
+    request._zerolock_refused = True
+    body = json.dumps(too_large_envelope()).encode()
+    head = (
+        b"HTTP/1.1 413 Payload Too Large\r\n"
+        b"Content-Type: application/json\r\n"
+        b"Content-Length: %d\r\n"
+        b"Connection: close\r\n\r\n" % len(body)
+    )
+    transport = request.channel.transport
+    transport.write(head + body)
+    transport.loseConnection()
+
+
+def install_daphne_body_limit() -> None:
+    from daphne.http_protocol import WebRequest
+
+    if getattr(WebRequest, "_zerolock_body_limit", False):
+        return
+    original_got_length = WebRequest.gotLength
+    original_chunk = WebRequest.handleContentChunk
+    original_process = WebRequest.process
+
+    def gotLength(self: Any, length: int | None) -> None:  # noqa: N802 (Twisted's name)
+        self._zerolock_received = 0
+        if length is not None and length > settings.ZEROLOCK_MAX_BODY_BYTES:
+            original_got_length(self, 0)  # Twisted expects a content file to exist
+            _refuse(self)
+            return
+        original_got_length(self, length)
+
+    def handleContentChunk(self: Any, data: bytes) -> None:  # noqa: N802
+        if getattr(self, "_zerolock_refused", False):
+            return
+        self._zerolock_received = getattr(self, "_zerolock_received", 0) + len(data)
+        if self._zerolock_received > settings.ZEROLOCK_MAX_BODY_BYTES:
+            _refuse(self)
+            return
+        original_chunk(self, data)
+
+    def process(self: Any) -> Any:
+        if getattr(self, "_zerolock_refused", False):
+            return None
+        return original_process(self)
+
+    WebRequest.gotLength = gotLength
+    WebRequest.handleContentChunk = handleContentChunk
+    WebRequest.process = process
+    WebRequest._zerolock_body_limit = True
