@@ -112,6 +112,11 @@ class AuditQuerySet(models.QuerySet):
             created_at__gte=shard.created_at,
         ).order_by("version_after")
 
+    def within_scopes(self, prefixes: list[str]) -> AuditQuerySet:
+        """Entries about shards a key scoped to these prefixes may see; a scoped
+        key sees no entry without a shard (key changes, auth failures)."""
+        return self.filter(scopes_q("shard_id", prefixes)) if prefixes else self
+
     def since(self, when: datetime | None) -> AuditQuerySet:
         return self.filter(created_at__gte=when) if when else self
 

@@ -207,7 +207,11 @@ class AuditListView(APIView):
     )
     def get(self, request: Request) -> HttpResponse:
         query = parsed(AuditQuerySerializer, request.query_params.dict())
-        entries = AuditEntry.objects.since(query.get("since")).filter(id__gt=query["after"])
+        entries = (
+            AuditEntry.objects.within_scopes(request.user.key.shard_prefixes)
+            .since(query.get("since"))
+            .filter(id__gt=query["after"])
+        )
         for field in ("shard_id", "agent_id", "action"):
             if query.get(field):
                 entries = entries.filter(**{field: query[field]})

@@ -217,3 +217,25 @@ def test_a_team_a_websocket_watch_and_subscribe_never_reach_TEAM_A(live_server_u
             events.append(json.loads(ws.recv(timeout=10)))
     assert {e["type"] for e in events} == {"watch_event"}
     assert {e["shard_id"] for e in events} == {"team-a:x"}
+
+
+def test_a_scoped_admin_key_reads_only_its_own_shards_in_the_audit_log(make_key, client_for):
+    """/api/audit is admin-only, but an admin key scoped to team-a: is still scoped."""
+    root = client_for(make_key("admin"), agent="root")
+    for shard_id in ("team-a:x", "TEAM-A:secret", "team-b:y"):
+        assert (
+            root.post(
+                "/api/shards",
+                {"id": shard_id, "type": "decision", "initial_value": 1},
+                format="json",
+            ).status_code
+            == 201
+        )
+    scoped = client_for(make_key("admin", shard_prefixes=["team-a:"]), agent="scoped-admin")
+    response = scoped.get("/api/audit")
+    assert response.status_code == 200
+    seen = {entry["shard_id"] for entry in response.json()}
+    assert seen == {"team-a:x"}
+    assert scoped.get("/api/audit", {"shard_id": "TEAM-A:secret"}).json() == []
+    everything = {entry["shard_id"] for entry in root.get("/api/audit").json()}
+    assert {"team-a:x", "TEAM-A:secret", "team-b:y"} <= everything
