@@ -261,6 +261,10 @@ ZEROLOCK_REJECTION_WRITE_BEHIND = env_bool("ZEROLOCK_REJECTION_WRITE_BEHIND", Tr
 ZEROLOCK_DELIVERY_RETENTION_DAYS = env_int("ZEROLOCK_DELIVERY_RETENTION_DAYS", 30)
 # Page size of list endpoints.
 ZEROLOCK_PAGE_SIZE = env_int("ZEROLOCK_PAGE_SIZE", 100)
+# A shard's value_schema: at most this many bytes as compact JSON and this many
+# levels of nesting (400 VALIDATION_ERROR above); see shards/value_schema.py.
+ZEROLOCK_SCHEMA_MAX_BYTES = env_int("ZEROLOCK_SCHEMA_MAX_BYTES", 64 * 1024)
+ZEROLOCK_SCHEMA_MAX_DEPTH = env_int("ZEROLOCK_SCHEMA_MAX_DEPTH", 32)
 
 # --- I18N, static ------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
