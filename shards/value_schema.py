@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -84,11 +85,25 @@ def _re2_options() -> re2.Options:
 _RE2_OPTIONS = _re2_options()
 
 
+# ECMA-262 (JSON Schema's regex dialect) and Python write a code point \u0041 or
+# \u{1F600}; RE2 writes \x{0041}. An escaped backslash is consumed first, so
+# \\u0041 stays a backslash followed by "u0041". (Python's re is safe here: the
+# pattern has no nested quantifier.)
+_UNICODE_ESCAPE = re.compile(r"\\\\|\\u([0-9A-Fa-f]{4})|\\u\{([0-9A-Fa-f]{1,6})\}")
+
+
+def _re2_syntax(pattern: str) -> str:
+    return _UNICODE_ESCAPE.sub(
+        lambda m: m.group(0) if m.group(0) == "\\\\" else f"\\x{{{m.group(1) or m.group(2)}}}",
+        pattern,
+    )
+
+
 @functools.lru_cache(maxsize=REGEX_CACHE_SIZE)
 def _regex(pattern: str) -> Any:
     """The compiled pattern, or _Refused when RE2 cannot compile it."""
     try:
-        return re2.compile(pattern, _RE2_OPTIONS)
+        return re2.compile(_re2_syntax(pattern), _RE2_OPTIONS)
     except re2.error as exc:
         reason = exc.args[0] if exc.args else exc
         if isinstance(reason, bytes):

@@ -481,6 +481,19 @@ def test_re2_is_the_engine_not_python_re():
     value_validate({"patternProperties": {"^\\d$": False}}, {"\u0663": 1})
 
 
+def test_ecma_unicode_escapes_keep_working_on_re2():
+    """JSON Schema (ECMA-262) writes a code point \\u0041 or \\u{1F600}, as the
+    old engine (Python's re) partly did; RE2 spells it \\x{41}. Both compile."""
+    schema = {"type": "string", "pattern": "^[\\u0041-\\u005A]+\\u{1F600}?$"}
+    schema_check(schema)
+    value_validate(schema, "ABC")
+    value_validate(schema, "ABC\U0001f600")
+    with pytest.raises(ApiError):
+        value_validate(schema, "abc")
+    escaped = {"type": "string", "pattern": "^\\\\u0041$"}  # a backslash, then "u0041"
+    value_validate(escaped, "\\u0041")
+
+
 @pytest.mark.parametrize(
     "schema",
     [
