@@ -1,6 +1,7 @@
 """Writes. Each domain rule lives in one function here: the OCC check
-(``occ_apply``), schema validation (``value_validate``), the irreversibility gate
-(``gate_check``), read-set validation (``read_set_stale_entries``)."""
+(``occ_apply``), the irreversibility gate (``gate_check``), read-set validation
+(``read_set_stale_entries``); schema validation (``schema_check``,
+``value_validate``) lives in ``value_schema`` and is re-exported here."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import jsonschema
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
@@ -35,6 +35,7 @@ from .models import (
     ShardType,
 )
 from .rejections import rejection_entry, rejections
+from .value_schema import schema_check, value_validate
 
 
 @dataclass(frozen=True)
@@ -55,35 +56,6 @@ class CommitResult:
 
 
 # --- rules -----------------------------------------------------------------
-
-
-def schema_check(schema: Any) -> None:
-    if schema is None:
-        return
-    if not isinstance(schema, dict | bool):
-        raise ApiError(400, "VALIDATION_ERROR", "value_schema must be a JSON Schema object.")
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise ApiError(
-            400, "VALIDATION_ERROR", f"value_schema is not a valid JSON Schema: {exc.message}"
-        ) from exc
-
-
-def value_validate(schema: Any, value: Any) -> None:
-    """400 SCHEMA_VIOLATION when the value does not satisfy the shard's schema."""
-    if schema is None:
-        return
-    validator = jsonschema.validators.validator_for(schema)(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
-    if error is not None:
-        raise ApiError(
-            400,
-            "SCHEMA_VIOLATION",
-            f"Value does not match the shard's value_schema: {error.message}",
-            path=list(error.absolute_path),
-            validator=error.validator,
-        )
 
 
 def gate_check(

@@ -323,6 +323,10 @@ ZEROLOCK_APPROVAL_DIFF_MAX_MS = env_int("ZEROLOCK_APPROVAL_DIFF_MAX_MS", 2000)
 # Proposed values nested deeper than this are refused (400); deeper shard values
 # are shown as "too deep" rather than diffed or pretty-printed.
 ZEROLOCK_APPROVAL_MAX_DEPTH = env_int("ZEROLOCK_APPROVAL_MAX_DEPTH", 100)
+# A shard's value_schema: at most this many bytes as compact JSON and this many
+# levels of nesting (400 VALIDATION_ERROR above); see shards/value_schema.py.
+ZEROLOCK_SCHEMA_MAX_BYTES = env_int("ZEROLOCK_SCHEMA_MAX_BYTES", 64 * 1024)
+ZEROLOCK_SCHEMA_MAX_DEPTH = env_int("ZEROLOCK_SCHEMA_MAX_DEPTH", 32)
 
 # --- I18N, static ------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
