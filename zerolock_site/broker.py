@@ -21,10 +21,11 @@ BUSY_TIMEOUT_SECONDS = 30
 
 
 def embedded_broker(data_dir: Path) -> tuple[str, dict[str, Any]]:
-    """Broker URL and transport options for a SQLite broker file in ``data_dir``."""
+    """Broker URL and transport options for a SQLite broker file in ``data_dir``,
+    for use with ``broker_transport`` = zerolock_site/sqlite_transport.py."""
     path = data_dir / BROKER_FILE
     _use_wal(path)
-    return f"sqla+sqlite:///{path}", {"connect_args": {"timeout": BUSY_TIMEOUT_SECONDS}}
+    return f"sqlite:///{path}", {"connect_args": {"timeout": BUSY_TIMEOUT_SECONDS}}
 
 
 def _use_wal(path: Path) -> None:
@@ -41,7 +42,7 @@ def broker_prune_delivered(broker_url: str) -> int:
     kombu's SQLAlchemy transport never deletes a message: it marks it invisible
     when a worker takes it, and the table grows by every beat tick. An invisible
     row is never read again, so deleting it loses nothing."""
-    prefix = "sqla+sqlite:///"
+    prefix = "sqlite:///"
     if not broker_url.startswith(prefix):
         return 0
     path = broker_url[len(prefix) :]

@@ -186,6 +186,7 @@ else:
     from .broker import embedded_broker
 
     CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = embedded_broker(DATA_DIR)
+    CELERY_BROKER_TRANSPORT = "zerolock_site.sqlite_transport:SqliteTransport"
 # A worker holds at most one message beyond the task it runs: a worker killed -9
 # loses what it holds (both transports deliver at most once; the tasks are periodic).
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -10,7 +10,7 @@
 - Every child runs in its own process group, and dies with the supervisor
   (PR_SET_PDEATHSIG): a worker's pool process or a beat never outlives it.
 - SIGINT/SIGTERM: SIGTERM to each child, SIGKILL to each group still alive
-  after the grace period; everything is gone within ZEROLOCK_STOP_SECONDS (8 s).
+  after the grace period; everything is gone within ZEROLOCK_STOP_SECONDS (6 s).
   Daphne finishes the requests in flight in that time (zerolock_site/wsgi_bridge.py).
 
 Run by bin/serve: ``python -m zerolock_site.supervisor``.
@@ -112,7 +112,7 @@ def children(environ: dict[str, str]) -> list[Child]:
     python = sys.executable
     port = environ.get("PORT", "8000")
     bind = environ.get("BIND", "127.0.0.1")
-    drain = _env_float("ZEROLOCK_DRAIN_SECONDS", 5.0)
+    drain = _env_float("ZEROLOCK_DRAIN_SECONDS", 4.0)
     if environ.get("ZEROLOCK_SERVER", "daphne") == "gunicorn":
         web = [
             python, "-m", "gunicorn", "-k", "gthread",
@@ -182,7 +182,7 @@ class Supervisor:
         self.kids = kids
         self.on_death = on_death
         self.stopping = False
-        self.stop_seconds = _env_float("ZEROLOCK_STOP_SECONDS", 8.0)
+        self.stop_seconds = _env_float("ZEROLOCK_STOP_SECONDS", 6.0)
 
     def request_stop(self, signum: int, frame: object) -> None:
         if not self.stopping:

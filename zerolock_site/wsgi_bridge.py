@@ -27,7 +27,7 @@ from shards.errors import envelope
 
 # How long a request in flight at shutdown may take to finish before it is
 # answered 503 instead (below the supervisor's ZEROLOCK_STOP_SECONDS).
-DRAIN_SECONDS = float(os.environ.get("ZEROLOCK_DRAIN_SECONDS", "5"))
+DRAIN_SECONDS = float(os.environ.get("ZEROLOCK_DRAIN_SECONDS", "4"))
 
 
 class PooledWsgiToAsgi:
