@@ -31,6 +31,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -231,6 +232,48 @@ def run(
     return result
 
 
+def torn_message(broker: str) -> str:
+    """What a worker does with a message caught half-written: on the filesystem an
+    empty file is the state between kombu's open() and write(); on SQLite it is an
+    INSERT not yet committed. Returns what happened to the worker."""
+    data = Path(tempfile.mkdtemp(prefix=f"brokerbench-torn-{broker}-"))
+    env = dict(os.environ, BENCH_BROKER=broker, BENCH_DATA_DIR=str(data))
+    env["BENCH_EXECUTED"] = str(data / "executed.log")
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    os.environ.update(env)
+    make_app().send_task("bench.record", (0, 0, "", hashlib.sha256(b"").hexdigest()))
+    worker = Worker(env, data / "worker.log")
+    worker.start()
+    _wait_until(lambda: len(_lines(data / "executed.log")) == 1, 60)
+    if broker == "filesystem":
+        name = f"{int(time.monotonic() * 1000)}_{os.urandom(16).hex()}.celery.msg"
+        (data / "celery-broker" / "queue" / name).touch()
+        time.sleep(5)
+    else:
+        db = sqlite3.connect(data / "celery-broker.sqlite3", timeout=30, isolation_level=None)
+        db.execute("BEGIN")
+        db.execute(
+            "INSERT INTO kombu_message (visible, payload, version, queue_id) "
+            "SELECT 1, '{\"half', 1, id FROM kombu_queue WHERE name = 'celery'"
+        )
+        time.sleep(5)
+        db.execute("ROLLBACK")
+        db.close()
+    alive = worker.proc.poll() is None
+    log = (data / "worker.log").read_text(errors="replace")
+    worker.stop()
+    shutil.rmtree(data, ignore_errors=True)
+    if alive:
+        return "worker alive, nothing read"
+    return f"worker exited ({'Unrecoverable error: JSONDecodeError' if 'JSONDecodeError' in log else 'other'})"
+
+
+def _wait_until(predicate, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--broker", choices=["filesystem", "sqlite", "both"], default="both")
@@ -248,6 +291,8 @@ def main() -> None:
     parser.add_argument("--kill-every", type=float, default=1.5, help="seconds between kills")
     args = parser.parse_args()
     brokers = ["filesystem", "sqlite"] if args.broker == "both" else [args.broker]
+    for broker in brokers:
+        print(f"torn message, {broker}: {torn_message(broker)}", flush=True)
     print("| broker | sent | executed | lost | duplicated | corrupted | kills -9 | "
           "worker self-deaths | publish s |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
