@@ -312,10 +312,16 @@ class HealthView(APIView):
             "channel_layer": _check(_ping_channel_layer),
             "broker": _check(_ping_broker),
         }
+        serving = all(c == "ok" for c in checks.values())
+        roles = _celery_roles() if checks["database"] == "ok" else {}
+        checks.update({role: health["status"] for role, health in roles.items()})
         healthy = all(c == "ok" for c in checks.values())
+        # A missing worker or beat is "degraded" but still 200: this node serves
+        # HTTP and WebSockets, and a load balancer must keep it (expiry also runs
+        # in-process and at decision time). 503 only when it cannot serve.
         return Response(
-            {"status": "ok" if healthy else "degraded", "checks": checks},
-            status=200 if healthy else 503,
+            {"status": "ok" if healthy else "degraded", "checks": checks, **roles},
+            status=200 if serving else 503,
         )
 
 
@@ -343,3 +349,17 @@ def _ping_broker() -> None:
 
     with app.connection_for_write() as conn:
         conn.ensure_connection(max_retries=1, timeout=2)
+        # Connecting alone touches nothing on the embedded (virtual) transport;
+        # sizing the task queue reads the broker's storage on every transport.
+        conn.default_channel.queue_declare(queue=app.conf.task_default_queue)
+
+
+def _celery_roles() -> dict[str, dict[str, Any]]:
+    from supervision.heartbeats import heartbeat_health
+    from supervision.models import Role
+
+    try:
+        return {role.value: health.as_dict() for role, health in heartbeat_health().items()}
+    except Exception as exc:  # a health probe reports every failure, whatever its type
+        failed = {"status": f"error: {type(exc).__name__}", "last_heartbeat_seconds_ago": None}
+        return {role.value: failed for role in Role}

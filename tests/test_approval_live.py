@@ -124,7 +124,7 @@ def test_a_real_celery_worker_expires_a_ten_second_approval_on_time(tmp_path):
         ttl_seconds=10,
     )
     env = server_env()
-    env["ZEROLOCK_DATA_DIR"] = str(tmp_path)  # its own filesystem broker
+    env["ZEROLOCK_DATA_DIR"] = str(tmp_path)  # its own SQLite broker
     log = Path(tmp_path) / "celery.log"
     with open(log, "wb") as out:
         worker = subprocess.Popen(

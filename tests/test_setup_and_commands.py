@@ -46,12 +46,18 @@ def test_bootstrap_prints_an_admin_login_and_key_once_then_never_again(capsys, c
 
 
 def test_health_reports_database_channel_layer_and_broker(client):
+    from supervision.heartbeats import heartbeat_record
+    from supervision.models import Role
+
+    heartbeat_record(role=Role.WORKER)
+    heartbeat_record(role=Role.BEAT)
     response = client.get("/api/health")
     assert response.status_code == 200
-    assert response.json() == {
-        "status": "ok",
-        "checks": {"database": "ok", "channel_layer": "ok", "broker": "ok"},
-    }
+    body = response.json()
+    assert (body["status"], body["checks"]) == (
+        "ok",
+        {"database": "ok", "channel_layer": "ok", "broker": "ok", "worker": "ok", "beat": "ok"},
+    )
 
 
 def test_the_openapi_schema_describes_every_contract_path(client):

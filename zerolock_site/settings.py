@@ -2,7 +2,7 @@
 
 With nothing set, ZeroLock runs on one machine with no servers to install:
 SQLite in WAL mode, the in-memory channel layer, local-memory cache and a
-filesystem Celery broker. ``DATABASE_URL`` switches to PostgreSQL and
+SQLite Celery broker. ``DATABASE_URL`` switches to PostgreSQL and
 ``REDIS_URL`` to Redis for the channel layer, the cache and the Celery broker.
 """
 
@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "shards",
     "approvals",
     "dashboard",
+    "supervision",
 ]
 
 # Order matters for speed under ASGI: the innermost middleware is sync-only, so
@@ -223,16 +224,16 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
 else:
-    _broker_dir = DATA_DIR / "celery-broker"
-    for _sub in ("queue", "processed", "control"):
-        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://"
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_broker_dir / "queue"),
-        "data_folder_out": str(_broker_dir / "queue"),
-        "processed_folder": str(_broker_dir / "processed"),
-        "control_folder": str(_broker_dir / "control"),
-    }
+    # SQLite through kombu's SQLAlchemy transport: a message is one committed row,
+    # so the worker never reads half of one (the filesystem transport handed it
+    # half-written files and the worker died: issue 16). See zerolock_site/broker.py.
+    from .broker import embedded_broker
+
+    CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = embedded_broker(DATA_DIR)
+    CELERY_BROKER_TRANSPORT = "zerolock_site.sqlite_transport:SqliteTransport"
+# A worker holds at most one message beyond the task it runs: a worker killed -9
+# loses what it holds (both transports deliver at most once; the tasks are periodic).
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE = {
     # The decision endpoints check the clock themselves; this marks and notifies.
     "expire-approvals": {
@@ -255,7 +256,14 @@ CELERY_BEAT_SCHEDULE = {
         "task": "shards.tasks.prune_delivery_log",
         "schedule": 3600.0,
     },
+    "prune-broker-messages": {
+        "task": "supervision.tasks.prune_broker_messages",
+        "schedule": 300.0,
+    },
 }
+# A worker or beat whose last heartbeat is older than this shows as "stale" in
+# /api/health (they beat about once a second).
+ZEROLOCK_HEARTBEAT_STALE_SECONDS = env_int("ZEROLOCK_HEARTBEAT_STALE_SECONDS", 15)
 
 # --- Auth, API -------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -12,8 +12,11 @@ channel layer keeps working.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import logging
+import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from tempfile import SpooledTemporaryFile
 from typing import Any
@@ -25,41 +28,89 @@ from shards import push
 from shards.errors import envelope, internal_error, too_large_envelope
 
 logger = logging.getLogger(__name__)
+# How long a request in flight at shutdown may take to finish before it is
+# answered 503 instead (below the supervisor's ZEROLOCK_STOP_SECONDS).
+DRAIN_SECONDS = float(os.environ.get("ZEROLOCK_DRAIN_SECONDS", "4"))
 
 
 class PooledWsgiToAsgi:
     def __init__(self, wsgi_application: Any, threads: int) -> None:
         self.wsgi_application = wsgi_application
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="http")
+        self.draining = False
+        self.abandoned = 0  # requests answered 503 while their view still ran
+        self._watching_shutdown = False
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             return
+        self._watch_shutdown()
+        if self.draining:  # arrived on a kept-alive connection after shutdown began
+            await _send(send, *_shutting_down())
+            return
         push.bind_loop()  # services on the pool threads push through this loop
         limit = settings.ZEROLOCK_MAX_BODY_BYTES
-        with SpooledTemporaryFile(max_size=65536) as body:
+        # The pool thread owns the body once the view runs and closes it when done:
+        # closed any earlier (Daphne cancels this coroutine at shutdown), the view
+        # still reading it failed with 500 "I/O operation on closed file".
+        body = SpooledTemporaryFile(max_size=65536)  # noqa: SIM115 closed by _run_guarded
+        try:
             received = 0
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
+                    body.close()
                     return
                 chunk = message.get("body", b"")
                 received += len(chunk)
                 # Counted as it arrives: a chunked body has no Content-Length
                 # for Django to check, and was spooled whole before.
                 if received > limit:
-                    start, content = _json(413, too_large_envelope())
-                    break
+                    body.close()
+                    await _send(send, *_json(413, too_large_envelope()))
+                    return
                 body.write(chunk)
                 if not message.get("more_body"):
-                    body.seek(0)
-                    loop = asyncio.get_running_loop()
-                    start, content = await loop.run_in_executor(
-                        self.executor, self._run_guarded, scope, body
-                    )
                     break
-        await send(start)
-        await send({"type": "http.response.body", "body": content})
+            body.seek(0)
+        except BaseException:
+            body.close()
+            raise
+        loop = asyncio.get_running_loop()
+        answer = loop.run_in_executor(self.executor, self._run_guarded, scope, body)
+        try:
+            start, content = await asyncio.shield(answer)
+        except asyncio.CancelledError:
+            # Daphne cancels every request at shutdown, then waits for them: let
+            # this one finish, or answer a clean 503 if it takes too long.
+            try:
+                start, content = await asyncio.wait_for(asyncio.shield(answer), DRAIN_SECONDS)
+            except TimeoutError:
+                self.abandoned += 1
+                start, content = _shutting_down()
+        await _send(send, start, content)
+
+    def _watch_shutdown(self) -> None:
+        """Under Daphne, answer 503 to requests that arrive once shutdown began."""
+        if self._watching_shutdown:
+            return
+        self._watching_shutdown = True
+        reactor = sys.modules.get("twisted.internet.reactor")  # only if Daphne runs us
+        if reactor is not None:
+            reactor.addSystemEventTrigger("before", "shutdown", self._start_draining)
+            reactor.addSystemEventTrigger("after", "shutdown", self._exit_if_abandoned)
+
+    def _start_draining(self) -> None:
+        self.draining = True
+
+    def _exit_if_abandoned(self) -> None:
+        """A view answered 503 still runs in its thread (waiting for a lock, say);
+        the interpreter would wait for it at exit and might then commit a write
+        its client was told failed. Flush what atexit flushes, then leave: its
+        open transaction dies with the process."""
+        if self.abandoned:
+            atexit._run_exitfuncs()
+            os._exit(0)
 
     def _run_guarded(self, scope: dict, body: Any) -> tuple[dict, bytes]:
         """Anything that escapes Django (its own handlers catch view and
@@ -71,6 +122,8 @@ class PooledWsgiToAsgi:
             if scope.get("path", "").startswith("/api/"):
                 return _json(500, internal_error().envelope())
             return _plain(500, b"Internal Server Error")
+        finally:
+            body.close()
 
     def _run(self, scope: dict, body: Any) -> tuple[dict, bytes]:
         # Reuse asgiref's environ building and start_response; only the threading differs.
@@ -89,6 +142,21 @@ class PooledWsgiToAsgi:
             if hasattr(result, "close"):
                 result.close()
         return instance.response_start, content
+
+
+async def _send(send: Any, start: dict, content: bytes) -> None:
+    await send(start)
+    await send({"type": "http.response.body", "body": content})
+
+
+def _shutting_down() -> tuple[dict, bytes]:
+    message = (
+        "The server is shutting down and stopped waiting for this request, which it "
+        "abandons: read the shard before retrying, or retry with the same Idempotency-Key."
+    )
+    start, content = _json(503, envelope("SHUTTING_DOWN", message))
+    start["headers"] += [(b"retry-after", b"1"), (b"connection", b"close")]
+    return start, content
 
 
 def _json(status: int, data: dict) -> tuple[dict, bytes]:

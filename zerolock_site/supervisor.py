@@ -1,0 +1,263 @@
+"""`make run`'s process supervisor: the web server, one Celery worker, one beat.
+
+- The web server (Daphne, or gunicorn with ZEROLOCK_SERVER=gunicorn) is the
+  node: if it exits, everything stops and the supervisor exits non-zero.
+- The worker and beat are helpers: one that dies is restarted with exponential
+  backoff (at once, then 1 s doubling to 30 s; from the start again once it has
+  stayed up 60 s) while
+  HTTP and WebSockets keep serving. Its death is written to its heartbeat row,
+  so /api/health says "down" at once.
+- Every child runs in its own process group, and dies with the supervisor
+  (PR_SET_PDEATHSIG): a worker's pool process or a beat never outlives it.
+- SIGINT/SIGTERM: SIGTERM to each child, SIGKILL to each group still alive
+  after the grace period; everything is gone within ZEROLOCK_STOP_SECONDS (6 s).
+  Daphne finishes the requests in flight in that time (zerolock_site/wsgi_bridge.py).
+
+Run by bin/serve: ``python -m zerolock_site.supervisor``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from subprocess import Popen
+
+ROOT = Path(__file__).resolve().parent.parent
+logger = logging.getLogger("zerolock.supervisor")
+
+BACKOFF_FIRST_SECONDS = 1.0
+BACKOFF_CAP_SECONDS = 30.0
+# A restarted process that stays up this long starts again from the first delay.
+BACKOFF_RESET_AFTER_SECONDS = 60.0
+POLL_SECONDS = 0.2
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw else default
+
+
+try:  # loaded here, not between fork and exec
+    _prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+except OSError:  # not Linux: the process groups still get stopped on exit
+    _prctl = None
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent dies, even by kill -9, so no child is
+    left behind. Runs in each child between fork and exec, and in the worker's
+    pool process (supervision/apps.py)."""
+    PR_SET_PDEATHSIG = 1
+    if _prctl is not None:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    restart: bool  # False: the node itself; its exit stops everything
+    proc: Popen | None = None
+    started_at: float = 0.0
+    failures: int = 0
+    restart_at: float | None = None
+    restarts: int = field(default=0)
+
+    def start(self) -> None:
+        self.proc = Popen(
+            self.argv,
+            cwd=ROOT,
+            process_group=0,  # its own group: Ctrl-C reaches only the supervisor
+            preexec_fn=die_with_parent,
+        )
+        self.started_at = time.monotonic()
+        self.restart_at = None
+        logger.info("started %s (pid %s)", self.name, self.proc.pid)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal_leader(self, sig: int) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, sig)
+
+    def kill_group(self) -> None:
+        """SIGKILL the whole group: leftovers such as a killed worker's pool process."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def next_delay(self) -> float:
+        if time.monotonic() - self.started_at >= BACKOFF_RESET_AFTER_SECONDS:
+            self.failures = 0
+        # 0 (a first death is restarted at once), then 1, 2, 4 ... up to the cap.
+        delay = 0.0 if not self.failures else BACKOFF_FIRST_SECONDS * 2 ** (self.failures - 1)
+        self.failures += 1
+        return min(BACKOFF_CAP_SECONDS, delay)
+
+
+def children(environ: dict[str, str]) -> list[Child]:
+    python = sys.executable
+    port = environ.get("PORT", "8000")
+    bind = environ.get("BIND", "127.0.0.1")
+    drain = _env_float("ZEROLOCK_DRAIN_SECONDS", 4.0)
+    if environ.get("ZEROLOCK_SERVER", "daphne") == "gunicorn":
+        web = [
+            python, "-m", "gunicorn", "-k", "gthread",
+            "-w", environ.get("WEB_WORKERS", "2"), "--threads", environ.get("WEB_THREADS", "8"),
+            "--graceful-timeout", str(int(drain)),
+            "-b", f"{bind}:{port}", "zerolock_site.wsgi:application",
+        ]  # fmt: skip
+    else:
+        web = [python, "-m", "daphne", "-b", bind, "-p", port, "zerolock_site.asgi:application"]
+    celery = [python, "-m", "celery", "-A", "zerolock_site"]
+    return [
+        Child("web", web, restart=False),
+        # One process runs tasks (pool of one); nothing to discover or gossip with.
+        Child(
+            "worker",
+            [
+                *celery,
+                "worker",
+                "--loglevel=INFO",
+                "--concurrency=1",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            restart=True,
+        ),  # fmt: skip
+        # Beat apart from the worker: each restarts alone, and there is only ever one beat.
+        Child("beat", [*celery, "beat", "--loglevel=INFO"], restart=True),
+    ]
+
+
+class DeathReporter:
+    """Writes "down" to the heartbeat row of a dead worker or beat, in a thread:
+    the database may be slow or down, and supervision must not wait for it."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._run, name="death-reporter", daemon=True).start()
+
+    def report(self, role: str) -> None:
+        self.queue.put(role)
+
+    def _run(self) -> None:
+        try:
+            os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zerolock_site.settings")
+            import django
+
+            django.setup()
+            from django.db import close_old_connections
+
+            from supervision.heartbeats import heartbeat_mark_down
+            from supervision.models import Role
+        except Exception:
+            logger.exception("cannot report deaths to /api/health")
+            return
+        while True:
+            role = self.queue.get()
+            try:
+                heartbeat_mark_down(role=Role(role))
+            except Exception:
+                logger.exception("could not mark %s down", role)
+            finally:
+                close_old_connections()
+
+
+class Supervisor:
+    def __init__(self, kids: list[Child], on_death: Callable[[str], None]) -> None:
+        self.kids = kids
+        self.on_death = on_death
+        self.stopping = False
+        self.stop_seconds = _env_float("ZEROLOCK_STOP_SECONDS", 6.0)
+
+    def request_stop(self, signum: int, frame: object) -> None:
+        if not self.stopping:
+            logger.info("%s: stopping", signal.Signals(signum).name)
+        self.stopping = True
+
+    def run(self) -> int:
+        for kid in self.kids:
+            kid.start()
+        code = 0
+        while not self.stopping:
+            time.sleep(POLL_SECONDS)
+            for kid in self.kids:
+                if self.stopping:
+                    break
+                if kid.proc is not None and not kid.alive() and kid.restart_at is None:
+                    status = kid.proc.returncode
+                    kid.kill_group()
+                    if not kid.restart:
+                        logger.error("%s exited (%s): stopping everything", kid.name, status)
+                        code = status or 1
+                        self.stopping = True
+                        break
+                    delay = kid.next_delay()
+                    logger.warning("%s exited (%s); restarting in %.0f s", kid.name, status, delay)
+                    self.on_death(kid.name)
+                    kid.restart_at = time.monotonic() + delay
+                elif kid.restart_at is not None and time.monotonic() >= kid.restart_at:
+                    kid.restarts += 1
+                    kid.start()
+        self.stop_all()
+        return code
+
+    def stop_all(self) -> None:
+        for kid in self.kids:
+            kid.signal_leader(signal.SIGTERM)
+        began = time.monotonic()
+        deadline = began + self.stop_seconds
+        running = {k.name for k in self.kids if k.alive()}
+        while time.monotonic() < deadline and running:
+            time.sleep(0.05)
+            for kid in self.kids:
+                if kid.name in running and not kid.alive():
+                    running.discard(kid.name)
+                    logger.info("%s stopped in %.1f s", kid.name, time.monotonic() - began)
+        for kid in self.kids:
+            if kid.alive():
+                logger.warning("%s still running after %.0f s: killed", kid.name, self.stop_seconds)
+            kid.kill_group()
+            if kid.proc is not None:
+                kid.proc.wait()
+        logger.info("stopped")
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    os.chdir(ROOT)
+    kids = children(dict(os.environ))
+    reporter = DeathReporter()
+    supervisor = Supervisor(kids, reporter.report)
+    signal.signal(signal.SIGINT, supervisor.request_stop)
+    signal.signal(signal.SIGTERM, supervisor.request_stop)
+    server = os.environ.get("ZEROLOCK_SERVER", "daphne")
+    print(
+        f"ZeroLock ({server}) on http://{os.environ.get('BIND', '127.0.0.1')}:"
+        f"{os.environ.get('PORT', '8000')}/ with a Celery worker and beat. Ctrl-C stops all.",
+        flush=True,
+    )
+    return supervisor.run()
+
+
+if __name__ == "__main__":
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    # Not sys.exit: interpreter teardown waited seconds for what the death
+    # reporter's Django had set up; the children are already gone.
+    os._exit(code)
