@@ -1,0 +1,124 @@
+"""Honest commit throughput with and without a flood of failed WebSocket handshakes
+(issue 16, finding 13: 300 failed handshakes a second had slowed commits four-fold).
+
+Starts its own server (bench/run.py's ``running_server``, SQLite by default), then
+alternates runs: honest agents committing alone, and the same agents while 2,000
+handshakes with a bad key hammer /ws/agents/. Prints the median commits/s of each
+and their ratio. Run by hand; not a test:
+
+    .venv/bin/python bench/handshake_flood.py               # the default limits
+    .venv/bin/python bench/handshake_flood.py --no-limit    # failures never throttled
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import websockets
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import log, running_server  # noqa: E402
+
+
+async def honest(url: str, key: str, agents: int, stop: asyncio.Event) -> int:
+    async def agent(n: int) -> int:
+        shard_id = f"honest-{n}"
+        headers = {"X-API-Key": key, "X-Agent-Id": f"honest-{n}"}
+        done = 0
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
+            response = await client.get(f"/api/shards/{shard_id}")
+            if response.status_code == 404:
+                await client.post(
+                    "/api/shards", json={"id": shard_id, "type": "decision", "initial_value": 0}
+                )
+                response = await client.get(f"/api/shards/{shard_id}")
+            version = response.json()["version"]
+            while not stop.is_set():
+                response = await client.post(
+                    f"/api/shards/{shard_id}/commit",
+                    json={"expected_version": version, "new_value": version},
+                )
+                response.raise_for_status()
+                version = response.json()["version"]
+                done += 1
+        return done
+
+    return sum(await asyncio.gather(*(agent(n) for n in range(agents))))
+
+
+async def flood(ws_url: str, count: int, concurrency: int) -> Counter:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one() -> str:
+        async with gate:
+            try:
+                async with websockets.connect(
+                    ws_url,
+                    additional_headers={"X-API-Key": "zl_deadbeef.wrong"},
+                    open_timeout=30,
+                    ping_interval=None,
+                ) as socket:
+                    await socket.recv()
+                    await socket.wait_closed()
+                    return str(socket.close_code)
+            except websockets.InvalidStatus as refused:
+                return str(refused.response.status_code)
+            except (websockets.InvalidMessage, OSError):
+                return "dropped"
+
+    return Counter(await asyncio.gather(*(one() for _ in range(count))))
+
+
+async def measure(url: str, key: str, *, with_flood: bool, seconds: float, args) -> float:
+    stop = asyncio.Event()
+    started = time.monotonic()
+    commits = asyncio.create_task(honest(url, key, args.agents, stop))
+    if with_flood:
+        outcomes = await flood(url.replace("http", "ws") + "/ws/agents/", args.count, 50)
+        log(f"  flood outcomes {dict(outcomes)}")
+    else:
+        await asyncio.sleep(seconds)
+    stop.set()
+    done = await commits
+    return done / (time.monotonic() - started)
+
+
+async def main_async(url: str, key: str, args) -> None:
+    base, flooded = [], []
+    for run in range(args.runs):
+        rate = await measure(url, key, with_flood=True, seconds=0, args=args)
+        flooded.append(rate)
+        base.append(await measure(url, key, with_flood=False, seconds=args.seconds, args=args))
+        log(f"run {run + 1}: alone {base[-1]:.0f} commits/s, under flood {flooded[-1]:.0f}")
+    b, f = statistics.median(base), statistics.median(flooded)
+    print(f"| honest commits/s alone (median) | under {args.count} failed handshakes | ratio |")
+    print("|---|---|---|")
+    print(f"| {b:.0f} | {f:.0f} | {f / b:.2f} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--db", default="sqlite", choices=("sqlite", "postgres"))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--agents", type=int, default=4)
+    parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of a run alone")
+    parser.add_argument("--no-limit", action="store_true", help="never throttle failures")
+    args = parser.parse_args()
+    if args.no_limit:
+        os.environ["ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE"] = "100000000"
+    with running_server("daphne", args.db, keep_data=False) as server:
+        asyncio.run(main_async(server.url, server.api_key, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
