@@ -63,7 +63,10 @@ class Fanout:
     async def _listen(self, ready: asyncio.Future) -> None:
         layer = get_channel_layer()
         try:
-            channel = await layer.new_channel("fanout.")
+            # The default prefix: channels_redis polls one process-local list per
+            # layer, and a channel under another prefix waits its turn behind the
+            # consumers' (seconds).
+            channel = await layer.new_channel()
             await layer.group_add(push.INVALIDATE_GROUP, channel)
         except Exception as exc:
             ready.set_exception(exc)
@@ -72,7 +75,14 @@ class Fanout:
         rejoin = asyncio.get_running_loop().create_task(self._rejoin(layer, channel))
         try:
             while True:
-                event = await layer.receive(channel)
+                try:
+                    event = await layer.receive(channel)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # e.g. a Redis read timeout: the listener must live on
+                    logger.exception("invalidation receive failed; retrying")
+                    await asyncio.sleep(0.1)
+                    continue
                 await self._dispatch(event)
         finally:
             rejoin.cancel()

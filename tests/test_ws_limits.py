@@ -220,6 +220,8 @@ def test_two_thousand_failed_handshakes_are_throttled_and_audited_in_bounded_bat
         action="auth.failure", created_at__gte=started_at, details__path="/ws/agents/"
     )
     reasons = Counter(audited.values_list("details__reason", flat=True))
-    assert reasons["RATE_LIMITED"] == 1
-    assert 1 <= reasons["UNAUTHENTICATED"] <= FLOOD_LIMIT
+    # One entry per block (a sliding window can lift and renew it), one per failure
+    # inside the budget, none for the refused thousands.
+    assert reasons["RATE_LIMITED"] >= 1 and reasons["UNAUTHENTICATED"] >= 1
+    assert sum(reasons.values()) <= outcomes["403"] <= 2 * FLOOD_LIMIT
     assert verify_chain()[1] is None  # the batched entries keep the hash chain intact

@@ -103,6 +103,9 @@ async def test_clear_from_a_yjs_client_leaves_the_array_intact():
     await synced(mallory, doc)
     await synced(watcher, local_doc("array")[0])
     assert root.to_py() == ["from-ann", "from-bo"]
+    # Bo's push is fire-and-forget and may still be on its way to the watcher.
+    while not await watcher.receive_nothing(timeout=0.3):
+        await watcher.receive_from()
 
     await send_edit(mallory, doc, lambda: (root.clear(), root.append("only-mine")))
     error, code = await refusal(mallory)
