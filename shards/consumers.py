@@ -15,10 +15,10 @@ from django.conf import settings
 from approvals.sweeper import ensure_sweeping
 
 from . import metrics, push
-from .auth import AGENT_ID_RE, permission_check
+from .auth import AGENT_ID_RE, permission_check, split_raw_key
 from .errors import ApiError
 from .fanout import fanout
-from .handshakes import handshake_key
+from .handshakes import handshake_blocked, handshake_key
 from .keywatch import key_watch
 from .models import SHARD_ID_REGEX
 from .watch import change_stream, latest_revision, watch_check
@@ -58,10 +58,12 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         push.bind_loop()
         self.subscriptions: set[str] = set()
+        raw_key = raw_key_of(self.scope)
+        if handshake_blocked(self.scope) and split_raw_key(raw_key) is None:
+            await self.close(code=CLOSE_RATE_LIMITED)  # before accept: HTTP 403, no work
+            return
         try:
-            key = await database_sync_to_async(handshake_key)(
-                scope=self.scope, raw_key=raw_key_of(self.scope)
-            )
+            key = await database_sync_to_async(handshake_key)(scope=self.scope, raw_key=raw_key)
         except ApiError as refusal:
             if refusal.status == 429:
                 await self.accept()

@@ -10,6 +10,7 @@ through the batched write-behind path, outside the global write lock.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.conf import settings
@@ -31,19 +32,61 @@ def _blocked_key(address: str) -> str:
     return f"ws-blocked:{address}"
 
 
+# This process's copy of the blocks: checked in the event loop, with no thread hop
+# or cache round trip, so a refused handshake costs next to nothing.
+_blocked_here: dict[str, float] = {}
+LOCAL_BLOCK_SECONDS = 1.0
+
+
+def handshake_blocked(scope: dict[str, Any]) -> bool:
+    """Cheap first check, before anything else runs for a handshake: a blocked
+    address whose handshake carries no well-formed key is refused on the spot."""
+    until = _blocked_here.get(client_address(scope))
+    if until is None:
+        return False
+    if until > time.monotonic():
+        return True
+    _blocked_here.pop(client_address(scope), None)
+    return False
+
+
+def _block_here(address: str, seconds: float) -> None:
+    if len(_blocked_here) > 10_000:  # many addresses: forget the expired ones
+        now = time.monotonic()
+        for stale in [a for a, until in _blocked_here.items() if until <= now]:
+            del _blocked_here[stale]
+    _blocked_here[address] = time.monotonic() + seconds
+
+
 def handshake_key(*, scope: dict[str, Any], raw_key: str) -> ApiKey:
     """The usable key of this handshake, or ApiError: 401 for a bad key (counted
-    and audited), 429 RATE_LIMITED for an address over its failure budget."""
+    and audited), 429 RATE_LIMITED for a bad key from an address over its failure
+    budget (neither counted nor audited). A valid key is let through even then:
+    honest agents may share an address with whoever is flooding it."""
     address = client_address(scope)
-    if cache.get(_blocked_key(address)) is not None:
-        raise ApiError(
-            429, "RATE_LIMITED", "Too many failed handshakes from this address; retry later."
-        )
+    blocked = handshake_blocked(scope)
+    if not blocked and cache.get(_blocked_key(address)) is not None:
+        # Blocked by this or another process: re-checked at most once a second here.
+        _block_here(address, LOCAL_BLOCK_SECONDS)
+        blocked = True
+    if blocked:
+        if split_raw_key(raw_key) is None:
+            raise throttled()
+        try:
+            return key_from_raw(raw_key)
+        except ApiError:
+            raise throttled() from None
     try:
         return key_from_raw(raw_key)
     except ApiError as failure:
         _failed(address=address, raw_key=raw_key, reason=failure.code, path=scope.get("path", ""))
         raise
+
+
+def throttled() -> ApiError:
+    return ApiError(
+        429, "RATE_LIMITED", "Too many failed handshakes from this address; retry later."
+    )
 
 
 def _failed(*, address: str, raw_key: str, reason: str, path: str) -> None:
@@ -53,7 +96,9 @@ def _failed(*, address: str, raw_key: str, reason: str, path: str) -> None:
     )
     if state.allowed:
         audit_auth_failure(reason=reason, key_prefix=key_prefix, path=path)
-    elif cache.add(_blocked_key(address), 1, timeout=state.retry_after):
+        return
+    _block_here(address, min(state.retry_after or 1, LOCAL_BLOCK_SECONDS))
+    if cache.add(_blocked_key(address), 1, timeout=state.retry_after):
         # One entry for the whole block; the handshakes refused during it are not
         # audited one by one (that was the flood's cost).
         audit_auth_failure(reason="RATE_LIMITED", key_prefix=key_prefix, path=path)
