@@ -15,8 +15,7 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
-from channels import DEFAULT_CHANNEL_LAYER
-from channels.layers import InMemoryChannelLayer, channel_layers, get_channel_layer
+from channels.layers import get_channel_layer
 
 from . import push
 
@@ -62,7 +61,7 @@ class Fanout:
         return len(self._by_shard.get(shard_id, ()))
 
     async def _listen(self, ready: asyncio.Future) -> None:
-        layer = _listener_layer()
+        layer = get_channel_layer()
         try:
             # The default prefix: channels_redis polls one process-local list per
             # layer, and a channel under another prefix waits its turn behind the
@@ -103,17 +102,6 @@ class Fanout:
                 await layer.group_add(push.INVALIDATE_GROUP, channel)
             except Exception:
                 logger.exception("could not rejoin the invalidation group")
-
-
-def _listener_layer() -> Any:
-    """The in-memory layer's groups live in its one instance: share it. Any other
-    (Redis) gets an instance of its own per listener, so the listener's receive
-    state (channels_redis keeps one receive lock per instance) never mixes with
-    the consumers' or outlives its event loop (tests run one loop each)."""
-    shared = get_channel_layer()
-    if isinstance(shared, InMemoryChannelLayer):
-        return shared
-    return channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
 
 
 fanout = Fanout()
