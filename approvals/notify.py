@@ -12,6 +12,7 @@ def approval_changed(approval: Approval, event: str) -> None:
     """``event``: "requested", "approved_partly" (quorum not reached yet) or "decided"."""
     if event == "decided":
         push.agent_send(
+            approval.requested_key_prefix,
             approval.requested_by,
             {
                 "type": "approval_decided",

@@ -10,15 +10,17 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from approvals.sweeper import ensure_sweeping
 
 from . import metrics, push
-from .auth import AGENT_ID_RE, key_from_raw, permission_check, split_raw_key
+from .auth import AGENT_ID_RE, permission_check, split_raw_key
 from .errors import ApiError
+from .fanout import fanout
+from .handshakes import handshake_blocked, handshake_key
 from .keywatch import key_watch
 from .models import SHARD_ID_REGEX
-from .services import audit_auth_failure
 from .watch import change_stream, latest_revision, watch_check
 
 SHARD_ID = re.compile(SHARD_ID_REGEX)
@@ -42,42 +44,50 @@ def agent_id_of(scope: dict[str, Any]) -> str:
     return query.get("agent_id", [""])[0].strip()
 
 
-@database_sync_to_async
-def authenticate(raw: str):
-    try:
-        return key_from_raw(raw)
-    except ApiError as exc:
-        audit_auth_failure(
-            reason=exc.code, key_prefix=(split_raw_key(raw) or ("",))[0], path="/ws/agents/"
-        )
-        return None
+CLOSE_RATE_LIMITED = 4429
+CLOSE_NOT_ALLOWED = 4403
 
 
 class AgentConsumer(AsyncJsonWebsocketConsumer):
     key = None
     watcher: asyncio.Task | None = None
+    watch_prefix: str | None = None
     agent_id = ""
     agent_group = ""
 
     async def connect(self) -> None:
         push.bind_loop()
         self.subscriptions: set[str] = set()
-        self.key = await authenticate(raw_key_of(self.scope))
-        agent_id = agent_id_of(self.scope)
-        if self.key is None or (
-            agent_id and not (AGENT_ID_RE.match(agent_id) and self.key.allows_agent(agent_id))
-        ):
-            await self.close()  # before accept: the handshake is refused (HTTP 403)
+        raw_key = raw_key_of(self.scope)
+        if handshake_blocked(self.scope) and split_raw_key(raw_key) is None:
+            await self.close(code=CLOSE_RATE_LIMITED)  # before accept: HTTP 403, no work
             return
+        try:
+            key = await database_sync_to_async(handshake_key)(scope=self.scope, raw_key=raw_key)
+        except ApiError as refusal:
+            if refusal.status == 429:
+                await self.accept()
+                await self.send_json({"type": "error", **refusal.envelope()["error"]})
+                await self.close(code=CLOSE_RATE_LIMITED)
+            else:
+                await self.close()  # before accept: the handshake is refused (HTTP 403)
+            return
+        agent_id = agent_id_of(self.scope)
+        if agent_id and not (AGENT_ID_RE.match(agent_id) and key.allows_agent(agent_id)):
+            await self.close()
+            return
+        self.key = key
         ensure_sweeping()
+        await fanout.ensure_listening()
         if agent_id:
-            # Pushes addressed to this agent (approval_decided, conflict_notify).
+            # Pushes addressed to this agent (approval_decided, conflict_notify), as
+            # sent by this key: another key claiming the same agent id gets none.
             self.agent_id = agent_id
-            self.agent_group = push.group_name("agent", agent_id)
+            self.agent_group = push.agent_group(key.prefix, agent_id)
             await self.channel_layer.group_add(self.agent_group, self.channel_name)
         await self.accept()
         metrics.recorder.socket_opened()
-        key_watch.register(self.key.prefix, self)
+        key_watch.register(key, self)
 
     async def disconnect(self, code: int) -> None:
         if self.watcher is not None:
@@ -87,12 +97,25 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         key_watch.unregister(self.key.prefix, self)
         if self.agent_group:
             await self.channel_layer.group_discard(self.agent_group, self.channel_name)
-        for shard_id in self.subscriptions:
-            await self.channel_layer.group_discard(
-                push.group_name("shard", shard_id), self.channel_name
-            )
+        fanout.discard(self, self.subscriptions)
         metrics.recorder.socket_closed(self.subscriptions)
         self.key = None
+
+    async def key_changed(self, key: Any) -> None:
+        """The key's grants changed (keywatch): keep going on the new ones if they
+        still cover what this socket does, otherwise close it (4403)."""
+        still_allowed = (
+            (not self.agent_id or key.allows_agent(self.agent_id))
+            and (
+                (not self.subscriptions and self.watch_prefix is None)
+                or key.has_permission("shard:read")
+            )
+            and all(key.allows_shard(s) for s in self.subscriptions)
+            and (self.watch_prefix is None or key.allows_shard(self.watch_prefix))
+        )
+        self.key = key
+        if not still_allowed:
+            await self.close(code=CLOSE_NOT_ALLOWED)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         kind = content.get("type") if isinstance(content, dict) else None
@@ -112,20 +135,15 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
 
     async def subscribe(self, shard_ids: list[str]) -> None:
         new = set(shard_ids) - self.subscriptions
-        for shard_id in new:
-            await self.channel_layer.group_add(
-                push.group_name("shard", shard_id), self.channel_name
-            )
+        subscription_cap_check(len(self.subscriptions), len(new))  # all or nothing
+        fanout.add(self, new)  # O(1) per id: a local map, no channel-layer call
         self.subscriptions |= new
         metrics.recorder.subscribed(new, +1)
         await self.send_json({"type": "subscribed", "shard_ids": shard_ids})
 
     async def unsubscribe(self, shard_ids: list[str]) -> None:
         gone = set(shard_ids) & self.subscriptions
-        for shard_id in gone:
-            await self.channel_layer.group_discard(
-                push.group_name("shard", shard_id), self.channel_name
-            )
+        fanout.discard(self, gone)
         self.subscriptions -= gone
         metrics.recorder.subscribed(gone, -1)
         await self.send_json({"type": "unsubscribed", "shard_ids": shard_ids})
@@ -145,6 +163,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         since = await database_sync_to_async(watch_start)(key=self.key, prefix=prefix, since=since)
         if self.watcher is not None:
             self.watcher.cancel()
+        self.watch_prefix = prefix
         self.watcher = asyncio.get_running_loop().create_task(self._watch(prefix, since))
         await self.send_json({"type": "watching", "prefix": prefix, "since": since})
 
@@ -154,6 +173,27 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 await self.send_json({"type": "watch_event", **change})
 
     async def shard_invalidate(self, event: dict[str, Any]) -> None:
+        """From this process's fanout, for a shard this socket subscribes to."""
+        shard_id = event["shard_id"]
+        if self.key is None or shard_id not in self.subscriptions:
+            return
+        if event.get("deleted"):
+            # The shard is gone: a last notice, and the subscription ends with it,
+            # so a shard re-created under this id starts with no subscribers.
+            fanout.discard(self, {shard_id})
+            self.subscriptions.discard(shard_id)
+            metrics.recorder.subscribed({shard_id}, -1)
+            await self.send_json(
+                {
+                    "type": "invalidate",
+                    "shard_id": shard_id,
+                    "version": None,
+                    "committed_by": event["committed_by"],
+                    "deleted": True,
+                }
+            )
+            metrics.recorder.count(metrics.WS_SENT)
+            return
         if event["committed_by"] == self.agent_id:
             return  # the committer knows: it just got the new version in its 200
         message = {k: event[k] for k in ("shard_id", "version", "committed_by")}
@@ -161,7 +201,12 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         metrics.recorder.count(metrics.WS_SENT)
 
     async def agent_message(self, event: dict[str, Any]) -> None:
-        await self.send_json(event["message"])
+        message = event["message"]
+        shard_id = message.get("shard_id")
+        # Delivery re-checks the key's scope: a push carries the shard's values.
+        if self.key is None or (shard_id is not None and not self.key.allows_shard(shard_id)):
+            return
+        await self.send_json(message)
         metrics.recorder.count(metrics.WS_SENT)
 
 
@@ -173,6 +218,20 @@ def watch_start(*, key: Any, prefix: str, since: int | None) -> int:
 
 
 MAX_SUBSCRIBE = 1000
+
+
+def subscription_cap_check(held: int, adding: int) -> None:
+    """At most ZEROLOCK_MAX_SUBSCRIPTIONS_PER_SOCKET ids per socket; past it the
+    whole message is refused and nothing of it applied."""
+    cap = settings.ZEROLOCK_MAX_SUBSCRIPTIONS_PER_SOCKET
+    if held + adding > cap:
+        raise ApiError(
+            400,
+            "TOO_MANY_SUBSCRIPTIONS",
+            f"A socket holds at most {cap} subscriptions ({held} held, {adding} new).",
+            limit=cap,
+            subscriptions=held,
+        )
 
 
 def subscription_ids(content: dict[str, Any], key: Any) -> list[str]:

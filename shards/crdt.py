@@ -140,17 +140,40 @@ def apply_op(crdt_type: str, doc: pycrdt.Doc, value: Any, op: AdditiveOp) -> tup
 def apply_update(crdt_type: str, doc: pycrdt.Doc, update: bytes) -> tuple[bytes | None, Any]:
     """Merges a Yjs update from a CRDT client into the Doc (in place).
 
-    Returns the part of it the Doc lacked (None if nothing) and the new value,
-    rendered from the Doc. Undecodable bytes raise 400 MALFORMED_UPDATE with the
-    Doc untouched (pycrdt decodes the whole update before integrating any of it)."""
-    before = doc.get_state()
+    Returns what it changed in the Doc, as an update (None if nothing), and the new
+    value, rendered from the Doc. Undecodable bytes raise 400 MALFORMED_UPDATE with
+    the Doc untouched (pycrdt decodes the whole update before integrating any of it).
+    An array shard is append-only, as over REST: an update that deletes items
+    raises 400 UNSUPPORTED_DIFF, and the caller drops the Doc it was applied to
+    (nothing is stored). The change is taken from the transaction itself, so a
+    delete-only update (a map key removed, text cut) counts as a change."""
+    changes: list[bytes] = []
+    deletes: list[Any] = []
+    root = doc[ROOT]
+    on_doc = doc.observe(lambda event: changes.append(event.update))
+    on_root = (
+        root.observe(lambda event: deletes.extend(d for d in event.delta if "delete" in d))
+        if crdt_type == CrdtType.ARRAY
+        else None
+    )
     try:
         doc.apply_update(update)
     except ValueError as exc:
         raise ApiError(400, "MALFORMED_UPDATE", f"Not a Yjs update: {exc}") from exc
-    if doc.get_state() == before:
+    finally:
+        doc.unobserve(on_doc)
+        if on_root is not None:
+            root.unobserve(on_root)
+    if deletes:
+        raise unsupported(
+            "An array shard is append-only: this Yjs update deletes items "
+            f"({sum(d['delete'] for d in deletes)})."
+        )
+    changed = [u for u in changes if not is_empty_update(u)]
+    if not changed:
         return None, None
-    return doc.get_update(before), render(crdt_type, doc)
+    merged = changed[0] if len(changed) == 1 else pycrdt.merge_updates(*changed)
+    return merged, render(crdt_type, doc)
 
 
 def is_empty_update(update: bytes) -> bool:

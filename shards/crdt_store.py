@@ -24,17 +24,20 @@ class Loaded:
     version: int
     doc: pycrdt.Doc
     value: Any
+    # The shard incarnation this Doc belongs to: a re-created shard reaching the
+    # same version must not be served the deleted one's Doc.
+    incarnation: Any = None
 
 
 _cache: dict[str, Loaded] = {}
 _lock = threading.Lock()
 
 
-def load(shard_id: str, crdt_type: str, version: int) -> Loaded:
+def load(shard_id: str, crdt_type: str, version: int, incarnation: Any) -> Loaded:
     """The shard's Doc and value at ``version`` (the version its row shows now)."""
     with _lock:
         cached = _cache.get(shard_id)
-    if cached is not None and cached.version == version:
+    if cached is not None and cached.version == version and cached.incarnation == incarnation:
         return cached
     loaded = read(shard_id, crdt_type, version)
     remember(shard_id, loaded)
@@ -49,7 +52,7 @@ def read(shard_id: str, crdt_type: str, version: int | None = None) -> Loaded:
     # Only a cache miss pays for the snapshot and the value (both grow with the shard).
     snapshot = (
         Shard.objects.filter(pk=shard_id)
-        .values("crdt_state", "crdt_state_version", "value", "version")
+        .values("crdt_state", "crdt_state_version", "value", "version", "incarnation")
         .get()
     )
     if version is None or version < snapshot["crdt_state_version"]:
@@ -71,13 +74,17 @@ def read(shard_id: str, crdt_type: str, version: int | None = None) -> Loaded:
         value = snapshot["value"]
         for _, op in updates:
             value = crdt.json_apply(value, crdt.parse_op(crdt_type, op))
-    return Loaded(version, doc, value)
+    return Loaded(version, doc, value, snapshot["incarnation"])
 
 
 def remember(shard_id: str, loaded: Loaded) -> None:
     with _lock:
         current = _cache.get(shard_id)
-        if current is None or current.version < loaded.version:
+        if (
+            current is None
+            or current.incarnation != loaded.incarnation
+            or current.version < loaded.version
+        ):
             _cache[shard_id] = loaded
 
 

@@ -74,30 +74,40 @@ def lease_grant(*, holder: str, key_prefix: str, ttl_seconds: Any) -> Lease:
     return lease
 
 
-def _held(lease_id: str, holder: str) -> Lease:
+def _held(lease_id: str, holder: str, key_prefix: str) -> Lease:
+    """The caller's own live lease. The claimed agent id is not enough: another
+    key may claim the same agent name, so the lease's owning key must be the
+    caller's too."""
     lease = Lease.objects.filter(pk=lease_id, revoked=False).first()
     if lease is None or lease.expires_at <= timezone.now():
         raise ApiError(404, "LEASE_NOT_FOUND", f"No live lease {lease_id!r}.", lease_id=lease_id)
-    if lease.holder != holder:
-        raise ApiError(
-            403, "PERMISSION_DENIED", "Only the holder may keep alive or revoke its lease."
-        )
+    lease_owner_check(lease, holder=holder, key_prefix=key_prefix)
     return lease
 
 
-def lease_keepalive(*, lease_id: str, holder: str) -> Lease:
+def lease_owner_check(lease: Lease, *, holder: str, key_prefix: str) -> None:
+    """Only the holding agent, through the key that took the lease, may use it."""
+    if lease.holder != holder or lease.key_prefix != key_prefix:
+        raise ApiError(
+            403,
+            "PERMISSION_DENIED",
+            f"Lease {lease.id} is held by another agent or key: only its holder may use it.",
+        )
+
+
+def lease_keepalive(*, lease_id: str, holder: str, key_prefix: str) -> Lease:
     with audited_transaction() as audit:
         leases_expire_due(audit=audit)
-        lease = _held(lease_id, holder)
+        lease = _held(lease_id, holder, key_prefix)
         lease.expires_at = timezone.now() + timedelta(seconds=lease.ttl_seconds)
         lease.save(update_fields=["expires_at"])
     return lease
 
 
-def lease_revoke(*, lease_id: str, holder: str) -> None:
+def lease_revoke(*, lease_id: str, holder: str, key_prefix: str) -> None:
     with audited_transaction() as audit:
         leases_expire_due(audit=audit)
-        lease = _held(lease_id, holder)
+        lease = _held(lease_id, holder, key_prefix)
         _end(audit, lease, "revoked")
 
 
@@ -128,12 +138,16 @@ def _end(audit: AuditWriter, lease: Lease, why: str) -> None:
         details={"lease_id": lease.id, "why": why},
     )
     bindings = list(LeaseBinding.objects.filter(lease=lease))
-    by_shard: dict[str, list[list[Any]]] = {}
+    by_shard: dict[tuple[str, Any], list[list[Any]]] = {}
     for binding in bindings:
-        by_shard.setdefault(binding.shard_id, []).append(binding.path)
+        by_shard.setdefault((binding.shard_id, binding.incarnation), []).append(binding.path)
     LeaseBinding.objects.filter(lease=lease).delete()
-    for shard_id, paths in sorted(by_shard.items()):
-        shard = Shard.objects.filter(pk=shard_id, type=ShardType.DECISION).first()
+    for (shard_id, incarnation), paths in sorted(by_shard.items(), key=lambda kv: kv[0][0]):
+        # Only the incarnation the paths were written in: a shard deleted and
+        # re-created since is another shard, with its own rules (fail closed).
+        shard = Shard.objects.filter(
+            pk=shard_id, incarnation=incarnation, type=ShardType.DECISION
+        ).first()
         if shard is None:
             continue
         value = shard.value
@@ -160,14 +174,25 @@ def _end(audit: AuditWriter, lease: Lease, why: str) -> None:
         )
 
 
-def lease_bind(*, lease_id: str, holder: str, shard_id: str, path: list[Any]) -> None:
-    """Inside a transaction's write: ``path`` of ``shard_id`` belongs to this lease."""
+def lease_bind(
+    *, lease_id: str, holder: str, key_prefix: str, shard: Shard, path: list[Any]
+) -> None:
+    """Inside a transaction's write: ``path`` of this incarnation of ``shard``
+    belongs to this lease, which must be the caller's (agent and key)."""
     lease = Lease.objects.filter(pk=lease_id, revoked=False, expires_at__gt=timezone.now()).first()
     if lease is None:
         raise ApiError(404, "LEASE_NOT_FOUND", f"No live lease {lease_id!r}.", lease_id=lease_id)
-    if lease.holder != holder:
-        raise ApiError(403, "PERMISSION_DENIED", f"Lease {lease_id} is held by another agent.")
-    LeaseBinding.objects.get_or_create(lease=lease, shard_id=shard_id, path=path)
+    lease_owner_check(lease, holder=holder, key_prefix=key_prefix)
+    LeaseBinding.objects.get_or_create(
+        lease=lease, shard_id=shard.id, incarnation=shard.incarnation, path=path
+    )
+
+
+def lease_bindings_drop(*, shard_id: str) -> int:
+    """A shard is being deleted: the leases bound to it let go of it, writing
+    nothing (the lease itself lives on for whatever else it holds)."""
+    dropped, _ = LeaseBinding.objects.filter(shard_id=shard_id).delete()
+    return dropped
 
 
 def fence_check(*, shard_ids: set[str], fence: int | None) -> None:

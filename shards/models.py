@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
 from django.db import models
@@ -76,6 +77,10 @@ class Shard(models.Model):
     updated_by = models.CharField(max_length=128)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # This row's identity: a deleted and re-created shard keeps its id but gets a
+    # new incarnation, so state bound to the old one (a Yjs socket's rules, a
+    # lease's binding, a cached Doc) can never write through to the new one.
+    incarnation = models.UUIDField(default=uuid.uuid4, editable=False)
 
     objects = ShardQuerySet.as_manager()
 
@@ -108,7 +113,12 @@ class AuditQuerySet(models.QuerySet):
         """Applied versions of this incarnation of the shard, oldest first."""
         return self.filter(
             shard_id=shard.id,
-            action__in=[AuditAction.SHARD_CREATE, AuditAction.SHARD_COMMIT],
+            action__in=[
+                AuditAction.SHARD_CREATE,
+                AuditAction.SHARD_COMMIT,
+                # A lease's end writes a version too (what it held is removed).
+                AuditAction.LEASE_RELEASED_PATH,
+            ],
             created_at__gte=shard.created_at,
         ).order_by("version_after")
 
@@ -336,6 +346,9 @@ class LeaseBinding(models.Model):
 
     lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="bindings")
     shard_id = models.CharField(max_length=128)
+    # The shard incarnation the path was written in: the lease's end touches that
+    # incarnation only, never a shard re-created under the same id.
+    incarnation = models.UUIDField(null=True)
     path = models.JSONField()
 
     def __str__(self) -> str:

@@ -106,7 +106,7 @@ def shard_changed(*, shard_id: str, version: int, committed_by: str) -> None:
     # What a naive broadcast would have cost: one message to every agent socket.
     metrics.recorder.count(metrics.WS_NAIVE, metrics.connections_total())
     group_send(
-        group_name("shard", shard_id),
+        INVALIDATE_GROUP,
         {
             "type": "shard.invalidate",
             "shard_id": shard_id,
@@ -125,20 +125,50 @@ def shard_changed(*, shard_id: str, version: int, committed_by: str) -> None:
     )
 
 
+def shard_deleted(*, shard_id: str, deleted_by: str) -> None:
+    """After a delete (on commit): the shard's Yjs sockets are closed, and its
+    subscribers get a last ``invalidate`` marked ``deleted`` and are unsubscribed,
+    so a shard re-created under this id starts with none of them."""
+    group_send(group_name("crdt", shard_id), {"type": "crdt.deleted", "shard_id": shard_id})
+    group_send(
+        INVALIDATE_GROUP,
+        {
+            "type": "shard.invalidate",
+            "shard_id": shard_id,
+            "version": None,
+            "committed_by": deleted_by,
+            "deleted": True,
+        },
+    )
+
+
+# Invalidations go to one group that each server process joins once (shards.fanout);
+# the process hands them to its own subscribed sockets. Joining a channel-layer
+# group per subscribed id was a Redis round trip per id.
+INVALIDATE_GROUP = "invalidate"
+
+
 def live_send(message: dict[str, Any]) -> None:
     group_send(LIVE_GROUP, {"type": "live.event", "message": message})
 
 
-def agent_send(agent_id: str, message: dict[str, Any]) -> None:
-    """To every /ws/agents/ socket opened as this agent."""
-    group_send(group_name("agent", agent_id), {"type": "agent.message", "message": message})
+def agent_group(key_prefix: str, agent_id: str) -> str:
+    """Agent-addressed pushes go to sockets of one KEY acting as one agent: an agent
+    id is only a claim, and another key may claim the same name."""
+    return group_name("agent", f"{key_prefix}/{agent_id}")
+
+
+def agent_send(key_prefix: str, agent_id: str, message: dict[str, Any]) -> None:
+    """To every /ws/agents/ socket opened with this key as this agent."""
+    group_send(agent_group(key_prefix, agent_id), {"type": "agent.message", "message": message})
 
 
 def conflict_notify(
-    *, agent_id: str, shard_id: str, version: int, winning: Any, rejected: Any
+    *, key_prefix: str, agent_id: str, shard_id: str, version: int, winning: Any, rejected: Any
 ) -> None:
     """Layer 3: the loser of a race learns what won and how its value differs."""
     agent_send(
+        key_prefix,
         agent_id,
         {
             "type": "conflict_notify",

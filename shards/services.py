@@ -22,7 +22,7 @@ from .audit import AuditWriter, audited_transaction
 from .auth import generate_raw_key
 from .deliveries import recorder
 from .errors import ApiError
-from .leases import fence_check, leases_expire_due
+from .leases import fence_check, lease_bindings_drop, leases_expire_due
 from .models import (
     ApiKey,
     ApiKeyPermission,
@@ -113,10 +113,21 @@ def read_set_stale_entries(read_set: dict[str, int]) -> list[dict[str, Any]]:
     ]
 
 
-def occ_apply(*, shard_id: str, expected_version: int, new_value: Any, agent_id: str) -> bool:
+def occ_apply(
+    *,
+    shard_id: str,
+    expected_version: int,
+    new_value: Any,
+    agent_id: str,
+    incarnation: Any = None,
+) -> bool:
     """The OCC check: one conditional UPDATE. Zero rows touched means someone else's
-    commit already took ``expected_version``."""
-    touched = Shard.objects.filter(pk=shard_id, version=expected_version).update(
+    commit already took ``expected_version`` (or, with ``incarnation``, the shard
+    whose rules were checked has been deleted: a re-created one is another shard)."""
+    rows = Shard.objects.filter(pk=shard_id, version=expected_version)
+    if incarnation is not None:
+        rows = rows.filter(incarnation=incarnation)
+    touched = rows.update(
         value=new_value,
         version=F("version") + 1,
         updated_by=agent_id,
@@ -249,6 +260,7 @@ def shard_commit(
             )
         elif occ_apply(
             shard_id=shard_id,
+            incarnation=shard.incarnation,
             expected_version=expected_version,
             new_value=new_value,
             agent_id=actor.agent_id,
@@ -280,7 +292,11 @@ def shard_commit(
                 )
             return CommitResult(expected_version + 1, new_value, entry.pk)
         else:
-            current = Shard.objects.filter(pk=shard_id).values("version", "value").first()
+            current = (
+                Shard.objects.filter(pk=shard_id, incarnation=shard.incarnation)
+                .values("version", "value")
+                .first()
+            )
             if current is None:
                 rejection = ApiError(
                     404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id
@@ -289,6 +305,7 @@ def shard_commit(
                 rejection = _stale_error(expected_version, current)
                 transaction.on_commit(
                     lambda: push.conflict_notify(
+                        key_prefix=actor.key_prefix,
                         agent_id=actor.agent_id,
                         shard_id=shard_id,
                         version=current["version"],
@@ -328,6 +345,7 @@ def _stale_precheck(actor: Actor, shard_id: str, expected_version: int, new_valu
         code=rejection.code,
     )
     push.conflict_notify(
+        key_prefix=actor.key_prefix,
         agent_id=actor.agent_id,
         shard_id=shard_id,
         version=current["version"],
@@ -413,11 +431,17 @@ def additive_apply_locked(
     (the caller's audited transaction), its update logged in that transaction,
     then pushed to Yjs clients. ``op_json`` None means a raw Yjs update."""
     shard_id = shard.id
-    # Re-read under the write lock: the database is the only truth.
-    row = Shard.objects.filter(pk=shard_id).values("version", "crdt_state_version").first()
+    # Re-read under the write lock: the database is the only truth. The rules in
+    # ``shard`` hold for its incarnation only: a shard deleted (and perhaps
+    # re-created) since they were read is refused, never written with old rules.
+    row = (
+        Shard.objects.filter(pk=shard_id, incarnation=shard.incarnation)
+        .values("version", "crdt_state_version")
+        .first()
+    )
     if row is None:
         raise ApiError(404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id)
-    loaded = crdt_store.load(shard_id, shard.crdt_type, row["version"])
+    loaded = crdt_store.load(shard_id, shard.crdt_type, row["version"], shard.incarnation)
     crdt_store.forget(shard_id)  # the Doc changes in place below; re-cached on commit
     update, value = change(loaded.doc, loaded.value)
     if update is None:
@@ -445,7 +469,7 @@ def additive_apply_locked(
         value=op_json,
         details={"crdt_type": shard.crdt_type},
     )
-    fresh = crdt_store.Loaded(version, loaded.doc, value)
+    fresh = crdt_store.Loaded(version, loaded.doc, value, shard.incarnation)
 
     def after_commit() -> None:
         crdt_store.remember(shard_id, fresh)
@@ -460,7 +484,7 @@ def shard_current_value(shard: Shard) -> Any:
     """A shard's value as of its row: additive shards replay their update log."""
     if shard.type != ShardType.ADDITIVE:
         return shard.value
-    loaded = crdt_store.load(shard.id, shard.crdt_type, shard.version)
+    loaded = crdt_store.load(shard.id, shard.crdt_type, shard.version, shard.incarnation)
     shard.version = loaded.version  # newer if a compaction overtook this read
     return loaded.value
 
@@ -486,9 +510,15 @@ def _audit_rejection(actor: Actor, shard_id: str, expected: int, error: ApiError
 
 
 def shard_delete(*, actor: Actor, shard_id: str) -> None:
+    """Deletes a shard and what is bound to it: leases let go of its paths (no
+    write anywhere), and on commit its Yjs sockets are closed and its subscribers
+    told and unsubscribed. A shard later created under the same id is a new
+    incarnation that none of the old state can reach."""
     with audited_transaction() as audit:
         shard = shard_get(shard_id, payload=False)
         shard.delete()
+        lease_bindings_drop(shard_id=shard_id)
+        _approvals_end(audit, shard_id)
         audit.append(
             action=AuditAction.SHARD_DELETE,
             agent_id=actor.agent_id,
@@ -496,6 +526,26 @@ def shard_delete(*, actor: Actor, shard_id: str) -> None:
             shard_id=shard_id,
             version_before=shard.version,
         )
+
+        def after_commit() -> None:
+            crdt_store.forget(shard_id)
+            push.shard_deleted(shard_id=shard_id, deleted_by=actor.agent_id)
+
+        transaction.on_commit(after_commit)
+
+
+def _approvals_end(audit: AuditWriter, shard_id: str) -> None:
+    """A deleted shard's open approvals (pending, or approved and not yet applied)
+    expire with it: approved against this shard, they must never apply to a shard
+    re-created under its id."""
+    from approvals.models import Approval, ApprovalStatus
+    from approvals.services import approval_expire
+
+    open_ = Approval.objects.filter(
+        shard_id=shard_id, status__in=[ApprovalStatus.PENDING, ApprovalStatus.APPROVED]
+    )
+    for approval in open_.select_for_update():
+        approval_expire(audit=audit, approval=approval)
 
 
 # --- deliveries, keys, auth ------------------------------------------------
@@ -593,9 +643,12 @@ def api_key_revoke(*, key: ApiKey, revoked_by: str) -> ApiKey:
 
 
 def audit_auth_failure(*, reason: str, key_prefix: str = "", path: str = "") -> None:
-    with audited_transaction() as audit:
-        audit.append(
-            action=AuditAction.AUTH_FAILURE,
-            key_prefix=key_prefix[:16],
-            details={"reason": reason, **({"path": path} if path else {})},
-        )
+    """Written behind, in batches (never one write-lock turn per failure: a flood of
+    bad keys must not slow honest commits)."""
+    rejections.append(
+        {
+            "action": AuditAction.AUTH_FAILURE,
+            "key_prefix": key_prefix[:16],
+            "details": {"reason": reason, **({"path": path} if path else {})},
+        }
+    )

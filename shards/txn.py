@@ -338,7 +338,11 @@ def _run_op(op: Op, item: _Working, where: str, actor: Actor) -> dict[str, Any]:
         item.changed = True
         if op.lease_id:
             lease_bind(
-                lease_id=op.lease_id, holder=actor.agent_id, shard_id=shard.id, path=list(op.path)
+                lease_id=op.lease_id,
+                holder=actor.agent_id,
+                key_prefix=actor.key_prefix,
+                shard=shard,
+                path=list(op.path),
             )
     elif path_delete(item.value, op.path):
         item.changed = True

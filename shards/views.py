@@ -251,7 +251,9 @@ class LeaseDetailView(APIView):
 
     @extend_schema(responses={204: OpenApiResponse(description="Revoked")})
     def delete(self, request: Request, lease_id: str) -> Response:
-        leases.lease_revoke(lease_id=lease_id, holder=request.user.agent_id)
+        leases.lease_revoke(
+            lease_id=lease_id, holder=request.user.agent_id, key_prefix=request.user.key.prefix
+        )
         return Response(status=204)
 
 
@@ -260,7 +262,9 @@ class LeaseKeepAliveView(APIView):
 
     @extend_schema(request=None, responses=dict)
     def post(self, request: Request, lease_id: str) -> Response:
-        lease = leases.lease_keepalive(lease_id=lease_id, holder=request.user.agent_id)
+        lease = leases.lease_keepalive(
+            lease_id=lease_id, holder=request.user.agent_id, key_prefix=request.user.key.prefix
+        )
         return Response(leases.lease_data(lease))
 
 

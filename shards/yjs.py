@@ -9,7 +9,14 @@ shard's other clients), and REST commits arrive as ``crdt.update`` messages.
 
 A refusal is a JSON error frame (the API's envelope) followed by a close code,
 because Daphne does not pass close reasons on: 4400 bad input or not an additive
-shard, 4401 bad key, 4403 not allowed, 4404 no such shard.
+shard, 4401 bad key, 4403 not allowed, 4404 no such shard (also when the shard is
+deleted while the socket is open), 4429 too many failed handshakes.
+
+The socket is bound to the shard's incarnation (``Shard.incarnation``), not its
+id: its writes are refused once the shard is deleted, even if a shard with the
+same id has been created since. The key is read again before each update is
+applied, so a key that lost ``shard:write`` (or its scope, or the agent) writes
+nothing more; keywatch closes the socket when the key no longer lets it read.
 """
 
 from __future__ import annotations
@@ -29,32 +36,25 @@ from pycrdt import (
 from pycrdt.websocket.django_channels_consumer import YjsConsumer, _WebsocketShim
 
 from . import crdt, crdt_store, push
-from .auth import AGENT_ID_RE, key_from_raw, permission_check, split_raw_key
+from .auth import AGENT_ID_RE, permission_check
 from .consumers import agent_id_of, raw_key_of
 from .errors import ApiError
+from .handshakes import handshake_key
 from .keywatch import key_watch
-from .models import Shard, ShardType
-from .services import Actor, additive_update_apply, audit_auth_failure
+from .models import ApiKey, Shard, ShardType
+from .services import Actor, additive_update_apply
 
-CLOSE_CODES = {400: 4400, 401: 4401, 403: 4403, 404: 4404}
+CLOSE_CODES = {400: 4400, 401: 4401, 403: 4403, 404: 4404, 429: 4429}
 
 
-def yjs_open(*, raw_key: str, agent_id: str, shard_id: str, path: str) -> tuple[Any, Shard, Doc]:
+def yjs_open(
+    *, scope: dict[str, Any], raw_key: str, agent_id: str, shard_id: str
+) -> tuple[Any, Shard, Doc]:
     """Who is connecting and to what, or ApiError; plus the Doc as stored now."""
-    try:
-        key = key_from_raw(raw_key)
-    except ApiError as exc:
-        audit_auth_failure(
-            reason=exc.code, key_prefix=(split_raw_key(raw_key) or ("",))[0], path=path
-        )
-        raise
+    key = handshake_key(scope=scope, raw_key=raw_key)
     if agent_id and not AGENT_ID_RE.match(agent_id):
         raise ApiError(400, "VALIDATION_ERROR", "agent_id: 1-128 chars of [A-Za-z0-9_.:@-].")
-    if agent_id and not key.allows_agent(agent_id):
-        raise ApiError(403, "AGENT_NOT_ALLOWED", f"This key may not act as agent {agent_id!r}.")
-    permission_check(key, "shard:read")
-    if not key.allows_shard(shard_id):
-        raise ApiError(403, "PERMISSION_DENIED", f"This key may not touch shard {shard_id!r}.")
+    yjs_access_check(key, agent_id, shard_id)
     shard = Shard.objects.without_payload().filter(pk=shard_id).first()
     if shard is None:
         raise ApiError(404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id)
@@ -69,14 +69,38 @@ def yjs_open(*, raw_key: str, agent_id: str, shard_id: str, path: str) -> tuple[
     return key, shard, stored_doc(shard)
 
 
+def yjs_access_check(key: ApiKey, agent_id: str, shard_id: str) -> None:
+    """What a /ws/crdt/ socket needs to stay open: the agent, read, the scope."""
+    if agent_id and not key.allows_agent(agent_id):
+        raise ApiError(403, "AGENT_NOT_ALLOWED", f"This key may not act as agent {agent_id!r}.")
+    permission_check(key, "shard:read")
+    if not key.allows_shard(shard_id):
+        raise ApiError(403, "PERMISSION_DENIED", f"This key may not touch shard {shard_id!r}.")
+
+
+def yjs_write_check(key_prefix: str, agent_id: str, shard_id: str) -> ApiKey:
+    """Before each update: the key as it is NOW (not as it was at connect)."""
+    key = ApiKey.objects.usable().filter(prefix=key_prefix).first()
+    if key is None:
+        raise ApiError(401, "KEY_REVOKED", "This API key has been revoked or has expired.")
+    yjs_access_check(key, agent_id, shard_id)
+    permission_check(key, "shard:write")
+    if not agent_id:
+        raise ApiError(
+            400, "AGENT_ID_REQUIRED", "Writes need X-Agent-Id (or ?agent_id=) on connect."
+        )
+    return key
+
+
 def stored_doc(shard: Shard) -> Doc:
     """The shard's Doc as stored now, a private copy (cached Docs are shared)."""
     try:
-        return crdt_store.read(shard.pk, shard.crdt_type).doc
+        loaded = crdt_store.read(shard.pk, shard.crdt_type)
     except Shard.DoesNotExist:
-        raise ApiError(
-            404, "SHARD_NOT_FOUND", f"No shard {shard.pk!r}.", shard_id=shard.pk
-        ) from None
+        loaded = None
+    if loaded is None or loaded.incarnation != shard.incarnation:
+        raise ApiError(404, "SHARD_NOT_FOUND", f"No shard {shard.pk!r}.", shard_id=shard.pk)
+    return loaded.doc
 
 
 class ShardYjsConsumer(YjsConsumer):
@@ -103,16 +127,16 @@ class ShardYjsConsumer(YjsConsumer):
         self.agent_id = agent_id_of(self.scope)
         try:
             self.key, self.shard, self._opened_doc = await database_sync_to_async(yjs_open)(
+                scope=self.scope,
                 raw_key=raw_key_of(self.scope),
                 agent_id=self.agent_id,
                 shard_id=self.scope["url_route"]["kwargs"]["shard_id"],
-                path=self.scope["path"],
             )
         except ApiError as refusal:
             await self.accept()
             await self.refuse(refusal)
             return
-        key_watch.register(self.key.prefix, self)
+        key_watch.register(self.key, self)
         await super().connect()
         self._opened_doc = None
 
@@ -121,6 +145,28 @@ class ShardYjsConsumer(YjsConsumer):
             key_watch.unregister(self.key.prefix, self)
         if self.room_name is not None:
             await super().disconnect(code)
+
+    async def key_changed(self, key: ApiKey) -> None:
+        """keywatch: the key's grants changed. Writes re-check the key anyway;
+        a key that may no longer read this shard closes the socket."""
+        assert self.shard is not None
+        try:
+            yjs_access_check(key, self.agent_id, self.shard.pk)
+        except ApiError as refusal:
+            await self.refuse(refusal)
+            return
+        self.key = key
+
+    async def crdt_deleted(self, event: dict[str, Any]) -> None:
+        """The shard was deleted: this socket's state belongs to a shard that is gone."""
+        await self.refuse(
+            ApiError(
+                404,
+                "SHARD_NOT_FOUND",
+                f"Shard {event['shard_id']!r} was deleted.",
+                shard_id=event["shard_id"],
+            )
+        )
 
     async def refuse(self, error: ApiError) -> None:
         await self.send(text_data=json.dumps(error.envelope()))
@@ -168,11 +214,8 @@ class ShardYjsConsumer(YjsConsumer):
     def _apply(self, update: bytes) -> None:
         if crdt.is_empty_update(update):
             return
-        permission_check(self.key, "shard:write")
-        if not self.agent_id:
-            raise ApiError(
-                400, "AGENT_ID_REQUIRED", "Writes need X-Agent-Id (or ?agent_id=) on connect."
-            )
+        assert self.key is not None and self.shard is not None
+        self.key = yjs_write_check(self.key.prefix, self.agent_id, self.shard.pk)
         additive_update_apply(
             actor=Actor(agent_id=self.agent_id, key_prefix=self.key.prefix),
             shard=self.shard,

@@ -122,6 +122,7 @@ def server_env() -> dict[str, str]:
     env["SECRET_KEY"] = settings.SECRET_KEY
     # Swarm tests send thousands of requests from one address with one key.
     env["ZEROLOCK_RATE_LIMIT_PER_MINUTE"] = env["ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE"] = "100000000"
+    env["ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE"] = "100000000"
     return env
 
 
@@ -154,3 +155,4 @@ def _deliveries_written_inline(settings) -> None:
     settings.ZEROLOCK_REJECTION_WRITE_BEHIND = False
     # The whole suite comes from one address; rate-limit tests set their own limits.
     settings.ZEROLOCK_RATE_LIMIT_PER_MINUTE = settings.ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE = 10**8
+    settings.ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE = 10**8

@@ -33,10 +33,10 @@ async def a_socket(key: str, agent: str) -> WebsocketCommunicator:
     return communicator
 
 
-async def commit(shard_id: str, agent: str, version: int, value) -> None:
+async def commit(shard_id: str, agent: str, version: int, value, key_prefix: str = "") -> None:
     shard = await sync_to_async(Shard.objects.get)(pk=shard_id)
     await sync_to_async(shard_commit)(
-        actor=Actor(agent), shard=shard, expected_version=version, new_value=value
+        actor=Actor(agent, key_prefix), shard=shard, expected_version=version, new_value=value
     )
 
 
@@ -110,13 +110,13 @@ async def test_a_stale_commit_sends_one_conflict_notify_whose_diff_rebuilds_the_
         shard_type="decision",
         initial_value={"lead": "ann", "crew": ["bo"]},
     )
-    _, key = await sync_to_async(api_key_create)(name="k", permissions=["shard:read"])
+    api_key, key = await sync_to_async(api_key_create)(name="k", permissions=["shard:read"])
     loser, winner = await a_socket(key, "loser"), await a_socket(key, "winner")
     winning = {"lead": "cy", "crew": ["bo", "di"]}
     rejected = {"lead": "ann", "crew": ["bo", "ed"], "note": "mine"}
-    await commit("roster", "winner", 1, winning)
+    await commit("roster", "winner", 1, winning, api_key.prefix)
     with pytest.raises(Exception, match="not current"):
-        await commit("roster", "loser", 1, rejected)
+        await commit("roster", "loser", 1, rejected, api_key.prefix)
     notice = await loser.receive_json_from(timeout=10)
     assert notice["type"] == "conflict_notify"
     assert (notice["shard_id"], notice["version"]) == ("roster", 2)

@@ -302,6 +302,11 @@ ZEROLOCK_HTTP_THREADS = env_int("ZEROLOCK_HTTP_THREADS", 8)
 # the per-key default). The client IP is REMOTE_ADDR: no proxy headers trusted.
 ZEROLOCK_RATE_LIMIT_PER_MINUTE = env_int("ZEROLOCK_RATE_LIMIT_PER_MINUTE", 1000)
 ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE = env_int("ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE", 1000)
+# Failed WebSocket handshakes (bad or missing key) allowed per address and minute;
+# past it the address's handshakes are refused (close 4429) before any lookup.
+ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE = env_int("ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE", 100)
+# Shard ids one /ws/agents/ socket may subscribe to at once.
+ZEROLOCK_MAX_SUBSCRIPTIONS_PER_SOCKET = env_int("ZEROLOCK_MAX_SUBSCRIPTIONS_PER_SOCKET", 1000)
 # Request bodies above this get 413 PAYLOAD_TOO_LARGE.
 ZEROLOCK_MAX_BODY_BYTES = env_int("ZEROLOCK_MAX_BODY_BYTES", 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = ZEROLOCK_MAX_BODY_BYTES

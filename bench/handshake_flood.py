@@ -1,0 +1,161 @@
+"""Honest commit throughput with and without a flood of failed WebSocket handshakes
+(issue 16, finding 13: 300 failed handshakes a second had slowed commits four-fold).
+
+Starts its own server (bench/run.py's ``running_server``, SQLite by default), then
+alternates runs: honest agents committing alone, and the same agents while 2,000
+handshakes with a bad key hammer /ws/agents/. Prints the median commits/s of each
+and their ratio. Run by hand; not a test:
+
+    .venv/bin/python bench/handshake_flood.py               # the default limits
+    .venv/bin/python bench/handshake_flood.py --no-limit    # failures never throttled
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import websockets
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import log, running_server  # noqa: E402
+
+
+async def honest(url: str, key: str, agents: int, stop: asyncio.Event) -> int:
+    async def agent(n: int) -> int:
+        shard_id = f"honest-{n}"
+        headers = {"X-API-Key": key, "X-Agent-Id": f"honest-{n}"}
+        done = 0
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
+            response = await client.get(f"/api/shards/{shard_id}")
+            if response.status_code == 404:
+                await client.post(
+                    "/api/shards", json={"id": shard_id, "type": "decision", "initial_value": 0}
+                )
+                response = await client.get(f"/api/shards/{shard_id}")
+            version = response.json()["version"]
+            while not stop.is_set():
+                response = await client.post(
+                    f"/api/shards/{shard_id}/commit",
+                    json={"expected_version": version, "new_value": version},
+                )
+                response.raise_for_status()
+                version = response.json()["version"]
+                done += 1
+        return done
+
+    return sum(await asyncio.gather(*(agent(n) for n in range(agents))))
+
+
+async def flood(
+    ws_url: str, count: int, concurrency: int, key: str = "zl_deadbeef.wrong"
+) -> Counter:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one() -> str:
+        async with gate:
+            try:
+                async with websockets.connect(
+                    ws_url,
+                    additional_headers={"X-API-Key": key},
+                    open_timeout=30,
+                    ping_interval=None,
+                ) as socket:
+                    if key.endswith(".wrong"):
+                        await socket.recv()
+                        await socket.wait_closed()
+                        return str(socket.close_code)
+                    return "opened"
+            except websockets.InvalidStatus as refused:
+                return str(refused.response.status_code)
+            except (websockets.InvalidMessage, OSError):
+                return "dropped"
+
+    return Counter(await asyncio.gather(*(one() for _ in range(count))))
+
+
+def run_flood_process(url: str, count: int, key: str) -> str:
+    code = (
+        "import asyncio, sys; sys.path.insert(0, 'bench'); import handshake_flood as h; "
+        f"print(dict(asyncio.run(h.flood({url.replace('http', 'ws') + '/ws/agents/'!r}, "
+        f"{count}, 50, {key!r}))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    return done.stdout.strip()
+
+
+async def measure(
+    url: str, key: str, *, with_flood: bool, seconds: float, args, flood_key: str = ""
+) -> float:
+    stop = asyncio.Event()
+    started = time.monotonic()
+    commits = asyncio.create_task(honest(url, key, args.agents, stop))
+    if with_flood:
+        # In its own process: a flood client in this loop would starve the honest
+        # agents here and measure the client, not the server.
+        outcomes = await asyncio.to_thread(
+            run_flood_process, url, args.count, flood_key or "zl_deadbeef.wrong"
+        )
+        log(f"  flood outcomes {outcomes}")
+    else:
+        await asyncio.sleep(seconds)
+    stop.set()
+    done = await commits
+    return done / (time.monotonic() - started)
+
+
+async def main_async(url: str, key: str, args) -> None:
+    base, flooded, control = [], [], []
+    for run in range(args.runs):
+        flooded.append(await measure(url, key, with_flood=True, seconds=0, args=args))
+        base.append(await measure(url, key, with_flood=False, seconds=args.seconds, args=args))
+        # Control: as many handshakes with a VALID key. What they cost is the price
+        # of any WebSocket traffic on this machine, not of failures.
+        control.append(
+            await measure(url, key, with_flood=True, seconds=0, args=args, flood_key=key)
+        )
+        log(
+            f"run {run + 1}: alone {base[-1]:.0f} commits/s, under failed handshakes "
+            f"{flooded[-1]:.0f}, under valid handshakes {control[-1]:.0f}"
+        )
+    b, f, c = (statistics.median(x) for x in (base, flooded, control))
+    print(
+        f"| honest commits/s alone (median) | under {args.count} failed handshakes | ratio "
+        f"| under {args.count} valid handshakes | ratio |"
+    )
+    print("|---|---|---|---|---|")
+    print(f"| {b:.0f} | {f:.0f} | {f / b:.2f} | {c:.0f} | {c / b:.2f} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--db", default="sqlite", choices=("sqlite", "postgres"))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--agents", type=int, default=4)
+    parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of a run alone")
+    parser.add_argument("--no-limit", action="store_true", help="never throttle failures")
+    args = parser.parse_args()
+    if args.no_limit:
+        os.environ["ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE"] = "100000000"
+    with running_server("daphne", args.db, keep_data=False) as server:
+        asyncio.run(main_async(server.url, server.api_key, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
