@@ -75,6 +75,8 @@ def rejection_entry(
         "version_before": expected if in_range else None,
         "details": details,
     }
+
+
 MAX_BATCH = 1000
 
 
