@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import User
 
 from approvals.services import Decider, approval_decide, approval_request
 from shards.errors import ApiError
@@ -84,13 +85,14 @@ async def test_a_team_a_key_posing_as_the_requester_does_not_hear_the_approval_d
         expected_version=1,
         description="pay",
     )
+    officer = await sync_to_async(User.objects.create_user)("officer")
     await sync_to_async(approval_decide)(
         approval_id=approval.id,
-        decider=Decider.user("officer"),
+        decider=Decider.user(officer),
         approve=False,
         reason="no",
     )
-    decided = await requester.receive_json_from(timeout=2)
+    decided = await requester.receive_json_from(timeout=10)
     assert decided["type"] == "approval_decided" and decided["approval_id"] == approval.id
     assert await impostor.receive_nothing(timeout=0.3)
     await requester.disconnect()
