@@ -45,6 +45,14 @@ class Fanout:
         assert self._ready is not None
         await asyncio.shield(self._ready)
 
+    def reset(self) -> None:
+        """Forgets the listener and every subscriber (tests: each has its own loop)."""
+        loop_open = self._loop is not None and not self._loop.is_closed()
+        if self._task is not None and loop_open:
+            self._task.cancel()  # the closing loop would cancel it too; sooner is kinder
+        self._task = self._loop = self._ready = None
+        self._by_shard.clear()
+
     def add(self, subscriber: Subscriber, shard_ids: set[str]) -> None:
         for shard_id in shard_ids:
             self._by_shard.setdefault(shard_id, set()).add(subscriber)

@@ -2,7 +2,8 @@
 
 - JSON bodies are parsed by ``SafeJSONParser`` (DRF's parser for every /api/
   view): nesting deeper than ``ZEROLOCK_MAX_JSON_DEPTH``, integers outside the
-  64-bit signed range, numbers too large for a float (``1e400``) and lone UTF-16 surrogates (``"\\ud800"``) are refused with
+  64-bit signed range, numbers too large for a float (``1e400``), lone UTF-16 surrogates (``"\\ud800"``)
+  and NUL characters (PostgreSQL's jsonb refuses them) are refused with
   400 before any view, serializer or database sees them. Each of these answered
   500 before: a RecursionError in ``json.loads``/the renderer, an overflow in the
   database driver, and a UnicodeEncodeError on write.
@@ -90,13 +91,19 @@ def _no_constants(name: str) -> Any:
     raise ParseError(f"{name} is not valid JSON.")
 
 
-def _surrogates_check(data: Any) -> None:
+def _strings_check(data: Any) -> None:
     """Refuses strings (values or keys) holding a lone surrogate: they cannot be
-    encoded as UTF-8, so storing or echoing them fails. Iterative: no recursion."""
+    encoded as UTF-8, so storing or echoing them fails; or a NUL character, which
+    PostgreSQL's jsonb cannot store (one rule on both backends, so a value valid
+    on SQLite is valid on PostgreSQL). Iterative: no recursion."""
     stack = [data]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
+            if "\x00" in item:
+                raise ApiError(
+                    400, "VALIDATION_ERROR", "Strings may not contain the NUL character (\\u0000)."
+                )
             try:
                 item.encode("utf-8")
             except UnicodeEncodeError:
@@ -125,7 +132,7 @@ def json_body_loads(raw: bytes | str) -> Any:
         )
     except (UnicodeDecodeError, ValueError) as exc:
         raise ParseError(str(exc)) from None
-    _surrogates_check(data)
+    _strings_check(data)
     return data
 
 

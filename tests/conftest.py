@@ -156,3 +156,19 @@ def _deliveries_written_inline(settings) -> None:
     # The whole suite comes from one address; rate-limit tests set their own limits.
     settings.ZEROLOCK_RATE_LIMIT_PER_MINUTE = settings.ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE = 10**8
     settings.ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE = 10**8
+
+
+@pytest.fixture(autouse=True)
+def _a_fresh_channel_layer_for_each_test() -> Iterator[None]:
+    """Each async test runs on an event loop of its own, but the channel layer and
+    the per-process fan-out listener are process-wide. channels_redis keeps one
+    receive lock per layer instance: a lock held by a task of an earlier test's
+    (closed) loop can leave a later test's receive waiting forever. A server
+    process has one loop for its life, so only tests need this."""
+    yield
+    from channels.layers import channel_layers
+
+    from shards.fanout import fanout
+
+    channel_layers.backends.clear()
+    fanout.reset()
