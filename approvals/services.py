@@ -151,7 +151,7 @@ def approval_decide(
                 approval_id=approval_id,
             )
         if approval.status == ApprovalStatus.PENDING and approval.is_expired():
-            approval_expire(audit=audit, approval=approval)
+            approval_expire(audit=audit, approval=approval, by="decision")
             expired = True
         elif approval.status == ApprovalStatus.EXPIRED:
             expired = True
@@ -285,8 +285,9 @@ def _apply(audit: AuditWriter, approval: Approval, decider: Decider) -> dict[str
     return commit
 
 
-def approval_expire(*, audit: AuditWriter, approval: Approval) -> None:
-    """The one place a pending approval becomes expired (inside a write transaction)."""
+def approval_expire(*, audit: AuditWriter, approval: Approval, by: str = "") -> None:
+    """The one place a pending approval becomes expired (inside a write transaction).
+    ``by`` names what noticed (worker, server, decision, shard.delete) for the audit."""
     approval.status = ApprovalStatus.EXPIRED
     approval.decided_at = timezone.now()
     approval.save(update_fields=["status", "decided_at"])
@@ -294,18 +295,22 @@ def approval_expire(*, audit: AuditWriter, approval: Approval) -> None:
         action=AuditAction.APPROVAL_EXPIRED,
         agent_id="system",
         shard_id=approval.shard_id,
-        details={"approval_id": approval.id, "expires_at": approval.expires_at.isoformat()},
+        details={
+            "approval_id": approval.id,
+            "expires_at": approval.expires_at.isoformat(),
+            **({"expired_by": by} if by else {}),
+        },
     )
     transaction.on_commit(lambda: notify.approval_changed(approval, "decided"))
 
 
-def approval_expire_due(*, now: datetime | None = None) -> int:
+def approval_expire_due(*, now: datetime | None = None, by: str = "") -> int:
     """Marks every pending approval past its deadline expired (Celery beat runs this)."""
     expired = 0
     for approval_id in Approval.objects.due(now).values_list("id", flat=True)[:500]:
         with audited_transaction() as audit:
             approval = Approval.objects.due(now).filter(pk=approval_id).first()
             if approval is not None:  # a decision may have got there first
-                approval_expire(audit=audit, approval=approval)
+                approval_expire(audit=audit, approval=approval, by=by)
                 expired += 1
     return expired

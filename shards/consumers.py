@@ -12,7 +12,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from approvals.sweeper import ensure_sweeping
+from approvals.sweeper import ensure_sweeping, sweeping_release
 
 from . import metrics, push
 from .auth import AGENT_ID_RE, permission_check, split_raw_key
@@ -95,6 +95,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         if self.key is None:
             return
         key_watch.unregister(self.key.prefix, self)
+        sweeping_release()
         if self.agent_group:
             await self.channel_layer.group_discard(self.agent_group, self.channel_name)
         fanout.discard(self, self.subscriptions)
@@ -294,6 +295,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         if self.joined:
+            sweeping_release()
             await self.channel_layer.group_discard(push.LIVE_GROUP, self.channel_name)
             if self.flusher is not None:
                 self.flusher.cancel()

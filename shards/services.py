@@ -545,7 +545,7 @@ def _approvals_end(audit: AuditWriter, shard_id: str) -> None:
         shard_id=shard_id, status__in=[ApprovalStatus.PENDING, ApprovalStatus.APPROVED]
     )
     for approval in open_.select_for_update():
-        approval_expire(audit=audit, approval=approval)
+        approval_expire(audit=audit, approval=approval, by="shard.delete")
 
 
 # --- deliveries, keys, auth ------------------------------------------------
