@@ -504,7 +504,7 @@ def main() -> int:
     env.update(ZEROLOCK_DATA_DIR=str(data_dir), PYTHONPATH=str(ROOT))
     env.setdefault("ZEROLOCK_RATE_LIMIT_PER_MINUTE", "100000000")  # 80 agents, one address
     env.setdefault("ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE", "100000000")
-    db = "postgres+redis" if env.get("DATABASE_URL") else "embedded (SQLite + filesystem broker)"
+    db = "postgres+redis" if env.get("DATABASE_URL") else "embedded (SQLite, SQLite broker)"
     log(f"{db}; data dir {data_dir}")
     for step in (("migrate", "--noinput"),):
         done = manage(env, *step)
