@@ -42,6 +42,7 @@ from django.conf import settings
 from jsonschema import FormatChecker, SchemaError, ValidationError, validators
 from jsonschema.exceptions import best_match
 
+from .boundeddiff import json_too_deep
 from .errors import ApiError
 
 # $ref follows allowed while validating one value. A tree schema follows one
@@ -233,21 +234,6 @@ def _schema_format_checker(base: type) -> FormatChecker:
 # --- the checks, run once per distinct schema -------------------------------------
 
 
-def _depth(schema: Any) -> int:
-    deepest, stack = 0, [(schema, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
 def _reachable(
     root: referencing.Resource, resolver: Any, specification: Any
 ) -> Iterator[dict[str, Any]]:
@@ -298,7 +284,7 @@ def _build(schema: Any) -> _Built:
 
 def _validator(schema: Any) -> Any:
     max_depth = settings.ZEROLOCK_SCHEMA_MAX_DEPTH
-    if _depth(schema) > max_depth:
+    if json_too_deep(schema, max_depth):
         raise _Refused(f"it nests deeper than {max_depth} levels.")
     base = validators.validator_for(schema)
     try:

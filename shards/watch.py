@@ -18,8 +18,9 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 
-from .auth import key_from_raw, permission_check, split_raw_key
+from .auth import permission_check
 from .errors import ApiError, internal_error
+from .handshakes import handshake_key
 from .inputs import revision_param
 from .models import AuditAction, AuditEntry
 from .prefixes import prefix_matches, prefix_q
@@ -102,16 +103,10 @@ def parse_watch_params(query: dict[str, list[str]]) -> tuple[str, int]:
 
 
 @database_sync_to_async
-def _open(raw_key: str, prefix: str, since: int) -> int:
-    try:
-        key = key_from_raw(raw_key)
-    except ApiError as exc:
-        from .services import audit_auth_failure
-
-        audit_auth_failure(
-            reason=exc.code, key_prefix=(split_raw_key(raw_key) or ("",))[0], path="/api/watch"
-        )
-        raise
+def _open(scope: dict, raw_key: str, prefix: str, since: int) -> int:
+    # Served outside Django's middleware: the same handshake rule as the sockets
+    # (failures audited in batches and limited per address).
+    key = handshake_key(scope=scope, raw_key=raw_key)
     if since < 0:
         since = latest_revision()
     watch_check(prefix=prefix, since=since, key=key)
@@ -135,7 +130,7 @@ class WatchEvents:
             raw_key = headers.get(b"x-api-key", b"").decode("latin1")
             if not raw_key:
                 raise ApiError(401, "UNAUTHENTICATED", "Send your API key in the X-API-Key header.")
-            since = await _open(raw_key, prefix, since)
+            since = await _open(scope, raw_key, prefix, since)
         except ApiError as error:
             await _send_error(send, error)
             return
