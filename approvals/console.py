@@ -19,9 +19,10 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date
 from django.views.decorators.http import require_GET, require_POST
 
-from shards.consumers import can_watch
-from shards.errors import ApiError
-from shards.models import AuditEntry, Shard
+from audit.models import AuditEntry
+from common.errors import ApiError
+from realtime.consumers import can_watch
+from shards.models import Shard
 
 from . import services
 from .diffview import shown, shown_diff

@@ -19,8 +19,8 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 
-from shards.boundeddiff import BoundedDiff, DiffLimits, bounded_diff, json_too_deep
-from shards.errors import ApiError
+from common.boundeddiff import BoundedDiff, DiffLimits, bounded_diff, json_too_deep
+from common.errors import ApiError
 from shards.models import Shard
 
 from .models import Approval

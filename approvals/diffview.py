@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 
-from shards.boundeddiff import json_too_deep
+from common.boundeddiff import json_too_deep
 
 CONTEXT = 3  # unchanged lines kept around each change
 FOLD_AT = 2 * CONTEXT + 2

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shards.audit import value_digest
-from shards.errors import ApiError
+from audit.chain import value_digest
+from common.errors import ApiError
 
 from .models import Approval, ApprovalStatus
 

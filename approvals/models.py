@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from shards.prefixes import scopes_q
+from common.prefixes import scopes_q
 
 
 def new_approval_id() -> str:
@@ -155,7 +155,7 @@ class ApprovalDecision(models.Model):
     key_prefix = models.CharField(max_length=16, blank=True)
     # The key or user behind the principal, for their names; kept null if deleted.
     api_key = models.ForeignKey(
-        "shards.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "access.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL,

@@ -3,7 +3,7 @@ on /ws/agents/, and every change to the console's /ws/live/ pages."""
 
 from __future__ import annotations
 
-from shards import push
+from realtime import push
 
 from .models import Approval
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import prefetch_related_objects
 from rest_framework import serializers
 
-from shards.inputs import Int64Field
+from common.inputs import Int64Field
 from shards.serializers import ShardIdField
 
 from .diffs import ShardNow, approval_diff, stored_diff

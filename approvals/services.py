@@ -15,10 +15,12 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from shards import push
-from shards.audit import AuditWriter, audited_transaction, value_digest
-from shards.errors import ApiError
-from shards.models import ApiKey, AuditAction, Shard, ShardType
+from access.models import ApiKey
+from audit.chain import AuditWriter, audited_transaction, value_digest
+from audit.models import AuditAction
+from common.errors import ApiError
+from realtime import push
+from shards.models import Shard, ShardType
 from shards.services import Actor, occ_apply, owner_check, shard_get, value_validate
 
 from . import notify

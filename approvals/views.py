@@ -8,7 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from shards.auth import shard_scope_check
+from access.auth import shard_scope_check
 from shards.views import actor_of, parsed
 from zerolock_site.openapi import CONFLICT
 

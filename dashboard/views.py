@@ -13,9 +13,10 @@ from django.views.decorators.http import require_GET
 
 from approvals.diffview import line_diff, pretty
 from approvals.models import Approval, ApprovalStatus
-from shards import metrics
-from shards.consumers import can_watch
-from shards.models import AuditEntry, Shard, ShardType
+from audit.models import AuditEntry
+from metrics import record
+from realtime.consumers import can_watch
+from shards.models import Shard, ShardType
 from shards.services import shard_current_value
 
 LIST_LIMIT = 500
@@ -67,7 +68,7 @@ def _shard_context(request: HttpRequest, shard_id: str) -> dict | None:
         "shard": shard,
         "value": pretty(shard.value),
         "history": entries,
-        "subscribers": metrics.shard_subscribers(shard.id),
+        "subscribers": record.shard_subscribers(shard.id),
         "pending": Approval.objects.pending().filter(shard_id=shard.id).newest_first(),
         "versions": sorted(by_version),
     }
@@ -116,9 +117,9 @@ def metrics_data(request: HttpRequest) -> JsonResponse:
     statuses = {s: Approval.objects.with_status(s).count() for s in ApprovalStatus.values}
     return JsonResponse(
         {
-            "series": metrics.per_second(60),
+            "series": record.per_second(60),
             "approvals": statuses,
-            "ws": metrics.ws_metrics(),
-            "last_minute": metrics.window(60),
+            "ws": record.ws_metrics(),
+            "last_minute": record.window(60),
         }
     )

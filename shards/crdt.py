@@ -16,7 +16,8 @@ from typing import Any
 
 import pycrdt
 
-from .errors import ApiError
+from common.errors import ApiError
+
 from .models import CrdtType
 
 ROOT = "value"

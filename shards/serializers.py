@@ -6,8 +6,9 @@ from typing import Any
 
 from rest_framework import serializers
 
-from .inputs import Int64Field
-from .models import SHARD_ID_REGEX, AuditEntry, CrdtType, OwnerPolicy, Shard, ShardType
+from audit.models import AuditEntry
+from common.inputs import Int64Field
+from shards.models import SHARD_ID_REGEX, CrdtType, OwnerPolicy, Shard, ShardType
 
 _ID_HELP = '1-128 chars of [A-Za-z0-9_.:-], not "." or ".."'
 

@@ -42,8 +42,8 @@ from django.conf import settings
 from jsonschema import FormatChecker, SchemaError, ValidationError, validators
 from jsonschema.exceptions import best_match
 
-from .boundeddiff import json_too_deep
-from .errors import ApiError
+from common.boundeddiff import json_too_deep
+from common.errors import ApiError
 
 # $ref follows allowed while validating one value. A tree schema follows one
 # per node of the value; a self-reference without end or a ref tree that

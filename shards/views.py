@@ -12,12 +12,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from access.auth import Principal, shard_scope_check
+from audit.models import AuditEntry
+from common import pages
+from common.errors import ApiError
+from coordination import leases
+from metrics import record
+from shards import services
+from shards.models import Shard, ShardType
 from zerolock_site.openapi import CONFLICT
 
-from . import leases, metrics, pages, services
-from .auth import Principal, shard_scope_check
-from .errors import ApiError
-from .models import AuditEntry, Shard, ShardType
 from .serializers import (
     AuditEntrySerializer,
     AuditQuerySerializer,
@@ -144,7 +148,7 @@ class ShardCommitView(APIView):
 
     @extend_schema(request=CommitSerializer, responses={200: CommitResultSerializer, 409: CONFLICT})
     def post(self, request: Request, shard_id: str) -> Response:
-        with metrics.commit_observed(shard_id):
+        with record.commit_observed(shard_id):
             return self._commit(request, shard_id)
 
     def _commit(self, request: Request, shard_id: str) -> Response:
@@ -227,7 +231,7 @@ class TxnView(APIView):
 
     @extend_schema(request=dict, responses={200: dict, 409: CONFLICT})
     def post(self, request: Request) -> Response:
-        from .txn import txn_apply
+        from coordination.txn import txn_apply
 
         return Response(txn_apply(actor=actor_of(request), key=request.user.key, body=request.data))
 
@@ -278,14 +282,14 @@ class MetricsView(APIView):
     def get(self, request: Request) -> Response:
         from approvals.models import Approval, ApprovalStatus
 
-        totals = metrics.counters()
+        totals = record.counters()
         return Response(
             {
-                "last_minute": metrics.window(60),
-                "last_hour": metrics.window(3600),
+                "last_minute": record.window(60),
+                "last_hour": record.window(3600),
                 "since_start": {
                     name: totals.get(name, 0)
-                    for name in (metrics.COMMITS, metrics.CONFLICTS, metrics.CLAIMS)
+                    for name in (record.COMMITS, record.CONFLICTS, record.CLAIMS)
                 },
                 "approvals": {
                     status: Approval.objects.with_status(status).count()
@@ -300,7 +304,7 @@ class WsMetricsView(APIView):
 
     @extend_schema(responses=dict)
     def get(self, request: Request) -> Response:
-        return Response(metrics.ws_metrics())
+        return Response(record.ws_metrics())
 
 
 class HealthView(APIView):

@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from shards.services import api_key_create
+from access.services import api_key_create
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -168,7 +168,7 @@ def _a_fresh_channel_layer_for_each_test() -> Iterator[None]:
     yield
     from channels.layers import channel_layers
 
-    from shards.fanout import fanout
+    from realtime.fanout import fanout
 
     channel_layers.backends.clear()
     fanout.reset()

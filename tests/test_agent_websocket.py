@@ -7,9 +7,9 @@ import pytest
 import websockets
 from channels.testing import WebsocketCommunicator
 
-from shards.consumers import AgentConsumer
-from shards.models import AuditEntry
-from shards.services import api_key_create, api_key_revoke
+from access.services import api_key_create, api_key_revoke
+from audit.models import AuditEntry
+from realtime.consumers import AgentConsumer
 
 
 @pytest.mark.django_db(transaction=True)

@@ -6,7 +6,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from shards.models import ApiKey, AuditEntry
+from access.models import ApiKey
+from audit.models import AuditEntry
 
 pytestmark = pytest.mark.django_db
 

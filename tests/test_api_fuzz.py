@@ -20,7 +20,8 @@ import schemathesis
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
 
-from shards.services import Actor, api_key_create, shard_create
+from access.services import api_key_create
+from shards.services import Actor, shard_create
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.live, pytest.mark.django_db(transaction=True)]
 

@@ -9,8 +9,10 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from shards.models import ApiKey, AuditEntry, Shard
-from shards.services import api_key_create, api_key_revoke, api_key_update
+from access.models import ApiKey
+from access.services import api_key_create, api_key_revoke, api_key_update
+from audit.models import AuditEntry
+from shards.models import Shard
 
 pytestmark = pytest.mark.django_db
 

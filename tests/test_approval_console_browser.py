@@ -13,8 +13,9 @@ import websockets
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 
+from access.services import api_key_create
 from approvals.roles import groups_ensure
-from shards.services import Actor, api_key_create, shard_create
+from shards.services import Actor, shard_create
 from tests.test_key_admin_browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]

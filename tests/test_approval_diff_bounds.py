@@ -22,9 +22,10 @@ from approvals.diffview import MAX_COMPARED, line_diff, shown
 from approvals.models import Approval
 from approvals.roles import groups_ensure
 from approvals.services import approval_request
-from shards.audit import AuditWriter
-from shards.boundeddiff import TOO_DEEP, TOO_LARGE, TOO_SLOW, DiffLimits, bounded_diff
-from shards.models import AuditEntry, Shard
+from audit.chain import AuditWriter
+from audit.models import AuditEntry
+from common.boundeddiff import TOO_DEEP, TOO_LARGE, TOO_SLOW, DiffLimits, bounded_diff
+from shards.models import Shard
 from shards.services import Actor
 
 N = 300_000

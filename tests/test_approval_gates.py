@@ -8,7 +8,8 @@ import time_machine
 from django.utils import timezone
 
 from approvals.models import Approval
-from shards.models import AuditEntry, Shard
+from audit.models import AuditEntry
+from shards.models import Shard
 
 pytestmark = pytest.mark.django_db
 

@@ -13,9 +13,11 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.utils import timezone
 
+from access.models import ApiKey
 from approvals.models import Approval, ApprovalDecision
 from approvals.roles import groups_ensure
-from shards.models import ApiKey, AuditEntry, Shard
+from audit.models import AuditEntry
+from shards.models import Shard
 
 VAULT = {"open": False}
 OPENED = {"open": True}

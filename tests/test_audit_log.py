@@ -3,8 +3,8 @@
 import pytest
 from django.core.management import CommandError, call_command
 
-from shards.audit import verify_chain
-from shards.models import AuditEntry
+from audit.chain import verify_chain
+from audit.models import AuditEntry
 
 pytestmark = pytest.mark.django_db
 
@@ -88,7 +88,7 @@ def test_verify_audit_catches_the_newest_entry_removed(busy_shard):
 
 def test_nobody_can_edit_the_audit_log_in_admin(busy_shard, admin_client):
     entry = AuditEntry.objects.first()
-    assert admin_client.get("/admin/shards/auditentry/add/").status_code == 403
-    assert admin_client.post(f"/admin/shards/auditentry/{entry.pk}/delete/").status_code == 403
-    page = admin_client.get(f"/admin/shards/auditentry/{entry.pk}/change/")
+    assert admin_client.get("/admin/audit/auditentry/add/").status_code == 403
+    assert admin_client.post(f"/admin/audit/auditentry/{entry.pk}/delete/").status_code == 403
+    page = admin_client.get(f"/admin/audit/auditentry/{entry.pk}/change/")
     assert page.status_code == 200 and b'name="_save"' not in page.content

@@ -13,7 +13,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from shards.services import api_key_create
+from access.services import api_key_create
 from tests.conftest import server_env, start_server, stop_server
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]

@@ -11,7 +11,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from shards.services import api_key_create
+from access.services import api_key_create
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 

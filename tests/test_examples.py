@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from shards.services import api_key_create
+from access.services import api_key_create
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]

@@ -10,8 +10,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from access.services import api_key_create
 from shards.models import Shard
-from shards.services import Actor, api_key_create, shard_create
+from shards.services import Actor, shard_create
 
 pytestmark = pytest.mark.django_db
 

@@ -4,8 +4,9 @@ import re
 
 import pytest
 
-from shards.auth import hash_secret
-from shards.models import ApiKey, AuditEntry
+from access.auth import hash_secret
+from access.models import ApiKey
+from audit.models import AuditEntry
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +22,7 @@ def add_key(admin_client, **overrides):
         "expires_at_1": "",
         **overrides,
     }
-    return admin_client.post("/admin/shards/apikey/add/", form)
+    return admin_client.post("/admin/access/apikey/add/", form)
 
 
 def test_an_admin_creates_a_key_and_sees_the_raw_key_once(admin_client, client_for):
@@ -32,7 +33,7 @@ def test_an_admin_creates_a_key_and_sees_the_raw_key_once(admin_client, client_f
     assert key.hashed_key == hash_secret(raw.split(".", 1)[1])
     assert key.agent_ids == ["crew-1", "crew-2"] and key.shard_prefixes == ["crew."]
     assert client_for(raw, agent="crew-1").get("/api/shards").status_code == 200
-    change_page = admin_client.get(f"/admin/shards/apikey/{key.pk}/change/").content.decode()
+    change_page = admin_client.get(f"/admin/access/apikey/{key.pk}/change/").content.decode()
     assert raw not in change_page and raw.split(".", 1)[1] not in change_page
     assert AuditEntry.objects.filter(action="key.create", key_prefix=key.prefix).exists()
 
@@ -41,7 +42,7 @@ def test_revoking_in_admin_makes_the_key_unauthenticated_and_is_audited(admin_cl
     raw = re.search(r'value="(zl_[^"]+)"', add_key(admin_client).content.decode()).group(1)
     key = ApiKey.objects.get(name="crew-key")
     response = admin_client.post(
-        "/admin/shards/apikey/", {"action": "revoke", "_selected_action": [key.pk]}
+        "/admin/access/apikey/", {"action": "revoke", "_selected_action": [key.pk]}
     )
     assert response.status_code == 302
     refused = client_for(raw, agent="crew-1").get("/api/shards")
@@ -63,7 +64,7 @@ def test_changing_permissions_in_admin_is_audited(admin_client):
         "expires_at_0": "",
         "expires_at_1": "",
     }
-    assert admin_client.post(f"/admin/shards/apikey/{key.pk}/change/", form).status_code == 302
+    assert admin_client.post(f"/admin/access/apikey/{key.pk}/change/", form).status_code == 302
     key.refresh_from_db()
     assert key.permissions == ["shard:read"] and key.rate_limit == 50
     change = AuditEntry.objects.get(action="key.change", key_prefix=key.prefix)
@@ -73,10 +74,10 @@ def test_changing_permissions_in_admin_is_audited(admin_client):
 def test_the_key_list_filters_by_permission_and_keys_cannot_be_deleted(admin_client):
     add_key(admin_client, name="reader", permissions=["shard:read"])
     add_key(admin_client, name="decider", permissions=["approval:decide"])
-    listing = admin_client.get("/admin/shards/apikey/?permission=approval:decide").content.decode()
+    listing = admin_client.get("/admin/access/apikey/?permission=approval:decide").content.decode()
     assert "decider" in listing and "reader" not in listing
     key = ApiKey.objects.get(name="reader")
-    assert admin_client.get(f"/admin/shards/apikey/{key.pk}/delete/").status_code == 403
+    assert admin_client.get(f"/admin/access/apikey/{key.pk}/delete/").status_code == 403
 
 
 def test_an_unknown_permission_cannot_be_granted_in_admin(admin_client):

@@ -34,7 +34,7 @@ def test_an_admin_creates_a_key_in_the_browser_uses_it_and_revokes_it(live_serve
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
         )
         page = browser.new_page()
-        page.goto(f"{live_server_url}/admin/login/?next=/admin/shards/apikey/add/")
+        page.goto(f"{live_server_url}/admin/login/?next=/admin/access/apikey/add/")
         page.fill("#id_username", "root-admin")
         page.fill("#id_password", "correct horse battery")
         page.click("input[type=submit]")
@@ -50,7 +50,7 @@ def test_an_admin_creates_a_key_in_the_browser_uses_it_and_revokes_it(live_serve
         used = httpx.get(api, headers={"X-API-Key": raw, "X-Agent-Id": "crew-7"})
         assert used.status_code == 200
 
-        page.goto(f"{live_server_url}/admin/shards/apikey/")
+        page.goto(f"{live_server_url}/admin/access/apikey/")
         assert raw not in page.content()
         page.locator("tr", has_text="browser-made").locator("input.action-select").check()
         page.select_option("select[name=action]", "revoke")

@@ -10,8 +10,8 @@ from typing import Annotated, TypedDict
 import pytest
 from langgraph.graph import END, START, StateGraph
 
-from shards.models import AuditEntry
-from shards.services import api_key_create
+from access.services import api_key_create
+from audit.models import AuditEntry
 from zerolock_sdk import CreateShardOptions, ZeroLockClient
 from zerolock_sdk.langgraph import ZeroLockSaver, create_zerolock_tools, thread_shard_id
 

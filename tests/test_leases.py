@@ -10,8 +10,10 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from shards.models import AuditEntry, Lease, Shard
-from shards.services import api_key_create
+from access.services import api_key_create
+from audit.models import AuditEntry
+from coordination.models import Lease
+from shards.models import Shard
 
 pytestmark = pytest.mark.django_db
 

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from django.utils import timezone
 
+from access.services import api_key_create
 from shards.models import Shard
-from shards.services import api_key_create
 from tests.conftest import server_env, start_server, stop_server
 
 SHARDS = 150

@@ -12,7 +12,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from approvals.roles import groups_ensure
-from shards.consumers import LIVE_COALESCE_SECONDS
+from realtime.consumers import LIVE_COALESCE_SECONDS
 from shards.models import Shard
 from shards.services import Actor, shard_commit, shard_create
 from zerolock_site.asgi import application

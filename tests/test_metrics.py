@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from approvals.services import approval_request
-from shards.metrics import recorder, window
-from shards.models import CommitSample, MetricCounter
+from metrics.models import CommitSample, MetricCounter
+from metrics.record import recorder, window
 from shards.services import Actor
 
 pytestmark = pytest.mark.django_db

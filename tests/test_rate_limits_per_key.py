@@ -14,8 +14,8 @@ import httpx
 import pytest
 import time_machine
 
-from shards.ratelimit import WINDOW_SECONDS, rate_limit_hit, sliding_window
-from shards.services import api_key_create, api_key_revoke
+from access.ratelimit import WINDOW_SECONDS, rate_limit_hit, sliding_window
+from access.services import api_key_create, api_key_revoke
 from tests.conftest import server_env, start_server, stop_server
 
 # --- the pure rule: window arithmetic with an explicit clock ----------------

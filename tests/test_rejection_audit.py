@@ -12,10 +12,11 @@ import httpx
 import pytest
 from django.core.management import call_command
 
-from shards.audit import verify_chain
-from shards.models import AuditAction, AuditEntry, MetricCounter
-from shards.rejections import DROPPED_COUNTER, RejectionRecorder, rejection_entry
-from shards.services import api_key_create
+from access.services import api_key_create
+from audit.chain import verify_chain
+from audit.models import AuditAction, AuditEntry
+from audit.rejections import DROPPED_COUNTER, RejectionRecorder, rejection_entry
+from metrics.models import MetricCounter
 
 HONEST = 12
 

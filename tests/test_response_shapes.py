@@ -2,7 +2,8 @@
 
 import pytest
 
-from shards.models import AuditEntry, Shard
+from audit.models import AuditEntry
+from shards.models import Shard
 from shards.serializers import (
     AuditEntrySerializer,
     HistoryEntrySerializer,

@@ -17,10 +17,10 @@ import pytest
 import referencing.exceptions
 from django.db import connection
 
+from access.services import api_key_create
+from common.errors import ApiError
 from shards import crdt, value_schema
-from shards.errors import ApiError
 from shards.models import Shard
-from shards.services import api_key_create
 from shards.value_schema import schema_check, value_validate
 
 pytestmark = pytest.mark.django_db

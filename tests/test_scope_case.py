@@ -13,9 +13,10 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
+from access.services import api_key_create
 from approvals.services import approval_request
-from shards.models import AuditEntry
-from shards.services import Actor, api_key_create, shard_commit, shard_create, shard_get
+from audit.models import AuditEntry
+from shards.services import Actor, shard_commit, shard_create, shard_get
 
 OWNER = Actor(agent_id="owner-b")
 

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from shards.services import api_key_create
+from access.services import api_key_create
 from zerolock_sdk import (
     AuthenticationError,
     CachedZeroLockClient,

@@ -5,8 +5,9 @@ import re
 import pytest
 from django.core.management import call_command
 
-from shards.auth import hash_secret
-from shards.models import ApiKey, Delivery
+from access.auth import hash_secret
+from access.models import ApiKey
+from shards.models import Delivery
 from shards.tasks import prune_delivery_log
 
 pytestmark = pytest.mark.django_db

@@ -14,10 +14,11 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from access.services import api_key_create
+from common.errors import ApiError
 from shards import services
-from shards.errors import ApiError
 from shards.models import Shard
-from shards.services import Actor, api_key_create, shard_commit, shard_create, shard_get
+from shards.services import Actor, shard_commit, shard_create, shard_get
 
 ALICE = Actor(agent_id="alice")
 BOB = Actor(agent_id="bob")

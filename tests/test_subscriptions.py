@@ -16,8 +16,9 @@ import websockets
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
+from access.services import api_key_create
 from shards.models import Shard
-from shards.services import Actor, api_key_create, shard_commit, shard_create
+from shards.services import Actor, shard_commit, shard_create
 from zerolock_site.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -21,10 +21,12 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from access.services import api_key_create
 from approvals.models import Approval
 from approvals.services import approval_request
-from shards.models import AuditEntry, AuditHead, Shard
-from shards.services import Actor, api_key_create, shard_create
+from audit.models import AuditEntry, AuditHead
+from shards.models import Shard
+from shards.services import Actor, shard_create
 from tests.conftest import ROOT, _free_port, server_env
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]

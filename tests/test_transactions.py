@@ -8,8 +8,10 @@ from collections import Counter
 import httpx
 import pytest
 
-from shards.models import AuditEntry, CrdtUpdate, Shard
-from shards.services import Actor, api_key_create, shard_create
+from access.services import api_key_create
+from audit.models import AuditEntry
+from shards.models import CrdtUpdate, Shard
+from shards.services import Actor, shard_create
 
 pytestmark = pytest.mark.django_db
 

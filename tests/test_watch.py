@@ -11,9 +11,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from shards.models import AuditEntry
-from shards.services import Actor, api_key_create, shard_create
-from shards.txn import txn_apply
+from access.services import api_key_create
+from audit.models import AuditEntry
+from coordination.txn import txn_apply
+from shards.services import Actor, shard_create
 from zerolock_site.asgi import application
 
 SHARDS = [f"w.{n:02}" for n in range(50)]

@@ -17,10 +17,12 @@ from channels.testing import WebsocketCommunicator
 from django.core.cache import cache
 from django.utils import timezone
 
-from shards.audit import verify_chain
-from shards.models import AuditEntry, Shard
-from shards.ratelimit import WINDOW_SECONDS
-from shards.services import Actor, api_key_create, shard_commit, shard_create
+from access.ratelimit import WINDOW_SECONDS
+from access.services import api_key_create
+from audit.chain import verify_chain
+from audit.models import AuditEntry
+from shards.models import Shard
+from shards.services import Actor, shard_commit, shard_create
 from tests.conftest import server_env, start_server, stop_server
 from zerolock_site.asgi import application
 

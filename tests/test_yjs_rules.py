@@ -9,8 +9,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from pycrdt import create_update_message
 
-from shards.models import ApiKey, Shard
-from shards.services import Actor, additive_commit, api_key_create, api_key_update, shard_get
+from access.models import ApiKey
+from access.services import api_key_create, api_key_update
+from shards.models import Shard
+from shards.services import Actor, additive_commit, shard_get
 from tests.test_yjs_sync import a_shard, local_doc, refusal, socket_to, synced
 
 DB = pytest.mark.django_db(transaction=True)

@@ -20,8 +20,10 @@ from pycrdt import (
 )
 from pycrdt.websocket.websocket import HttpxWebsocket
 
-from shards.models import AuditEntry, CrdtUpdate, Shard
-from shards.services import Actor, additive_commit, api_key_create, shard_create, shard_get
+from access.services import api_key_create
+from audit.models import AuditEntry
+from shards.models import CrdtUpdate, Shard
+from shards.services import Actor, additive_commit, shard_create, shard_get
 from zerolock_site.asgi import application
 
 DB = pytest.mark.django_db(transaction=True)

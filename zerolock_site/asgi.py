@@ -15,9 +15,9 @@ from django.core.handlers.exception import response_for_exception  # noqa: E402
 from django.http import Http404  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from shards.consumers import AgentConsumer, LiveConsumer  # noqa: E402
-from shards.watch import WatchEvents  # noqa: E402
-from shards.yjs import ShardYjsConsumer  # noqa: E402
+from coordination.watch import WatchEvents  # noqa: E402
+from realtime.consumers import AgentConsumer, LiveConsumer  # noqa: E402
+from realtime.yjs import ShardYjsConsumer  # noqa: E402
 
 from .body_limit import install_daphne_body_limit  # noqa: E402
 from .wsgi_bridge import PooledWsgiToAsgi  # noqa: E402

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 
-from shards.errors import too_large_envelope
+from common.errors import too_large_envelope
 
 
 def _refuse(request: Any) -> None:

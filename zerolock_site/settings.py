@@ -62,8 +62,15 @@ INSTALLED_APPS = [
     "channels",
     "django_celery_beat",
     "django_htmx",
+    # ZeroLock's apps, lowest layer first (the import contract in pyproject.toml
+    # keeps each one from importing those listed after it).
+    "metrics",
+    "audit",
+    "access",
     "shards",
+    "coordination",
     "approvals",
+    "realtime",
     "dashboard",
     "supervision",
 ]
@@ -82,9 +89,9 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "shards.errors.ApiErrorEnvelopeMiddleware",
-    "shards.middleware.RateLimitMiddleware",
-    "shards.idempotency.IdempotencyMiddleware",
+    "common.errors.ApiErrorEnvelopeMiddleware",
+    "access.middleware.RateLimitMiddleware",
+    "coordination.idempotency.IdempotencyMiddleware",
 ]
 
 # --- Browser security headers -------------------------------------------------
@@ -241,15 +248,15 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 2.0,
     },
     "expire-leases": {
-        "task": "shards.tasks.expire_leases",
+        "task": "coordination.tasks.expire_leases",
         "schedule": 1.0,
     },
     "prune-idempotency-records": {
-        "task": "shards.tasks.prune_idempotency_records",
+        "task": "coordination.tasks.prune_idempotency_records",
         "schedule": 3600.0,
     },
     "prune-metric-samples": {
-        "task": "shards.tasks.prune_metric_samples",
+        "task": "metrics.tasks.prune_metric_samples",
         "schedule": 3600.0,
     },
     "prune-delivery-log": {
@@ -273,11 +280,11 @@ LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/console/"
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["shards.auth.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["shards.auth.HasKeyPermission"],
-    "DEFAULT_PARSER_CLASSES": ["shards.inputs.SafeJSONParser"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["access.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["access.auth.HasKeyPermission"],
+    "DEFAULT_PARSER_CLASSES": ["common.inputs.SafeJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "EXCEPTION_HANDLER": "shards.errors.api_exception_handler",
+    "EXCEPTION_HANDLER": "common.errors.api_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }

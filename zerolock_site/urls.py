@@ -13,7 +13,7 @@ urlpatterns = [
 ]
 
 # /api/ errors raised outside DRF and the envelope middleware still answer JSON.
-handler400 = "shards.errors.handler400"
-handler403 = "shards.errors.handler403"
-handler404 = "shards.errors.handler404"
-handler500 = "shards.errors.handler500"
+handler400 = "common.errors.handler400"
+handler403 = "common.errors.handler403"
+handler404 = "common.errors.handler404"
+handler500 = "common.errors.handler500"

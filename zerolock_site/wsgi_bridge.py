@@ -24,8 +24,8 @@ from typing import Any
 from asgiref.wsgi import WsgiToAsgiInstance
 from django.conf import settings
 
-from shards import push
-from shards.errors import envelope, internal_error, too_large_envelope
+from common.errors import envelope, internal_error, too_large_envelope
+from realtime import push
 
 logger = logging.getLogger(__name__)
 # How long a request in flight at shutdown may take to finish before it is

@@ -14,7 +14,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-from shards.boundeddiff import DiffLimits, bounded_diff
+from common.boundeddiff import DiffLimits, bounded_diff
 
 
 def principal_of(decision, users_by_name: dict) -> tuple[str, int | None]:

@@ -2,7 +2,7 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import shards.models
+import coordination.models
 from django.db import migrations, models
 
 
@@ -16,7 +16,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Lease',
             fields=[
-                ('id', models.CharField(default=shards.models.new_lease_id, max_length=40, primary_key=True, serialize=False)),
+                ('id', models.CharField(default=coordination.models.new_lease_id, max_length=40, primary_key=True, serialize=False)),
                 ('holder', models.CharField(max_length=128)),
                 ('key_prefix', models.CharField(blank=True, max_length=16)),
                 ('ttl_seconds', models.PositiveIntegerField()),

@@ -1,0 +1,112 @@
+"""Writes about API keys: create, change, revoke (each audited), and the
+audit record of a failed authentication."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from audit.chain import audited_transaction
+from audit.models import AuditAction
+from audit.rejections import rejections
+from common.errors import ApiError
+
+from .auth import generate_raw_key
+from .models import ApiKey, ApiKeyPermission
+
+
+def _known_permissions(permissions: list[str]) -> list[str]:
+    unknown = sorted(set(permissions) - set(ApiKeyPermission.values))
+    if unknown:
+        raise ApiError(400, "VALIDATION_ERROR", f"Unknown permissions: {', '.join(unknown)}")
+    return sorted(set(permissions))
+
+
+KEY_AUDITED_FIELDS = (
+    "name",
+    "permissions",
+    "agent_ids",
+    "shard_prefixes",
+    "rate_limit",
+    "expires_at",
+)
+
+
+def _key_state(key: ApiKey) -> dict[str, Any]:
+    state = {field: getattr(key, field) for field in KEY_AUDITED_FIELDS}
+    state["expires_at"] = key.expires_at.isoformat() if key.expires_at else None
+    return state
+
+
+def api_key_create(
+    *,
+    name: str,
+    permissions: list[str],
+    agent_ids: list[str] | None = None,
+    shard_prefixes: list[str] | None = None,
+    rate_limit: int | None = None,
+    expires_at: datetime | None = None,
+    created_by: str = "",
+) -> tuple[ApiKey, str]:
+    """Creates a key and returns it with the raw key, which is never stored."""
+    permissions = _known_permissions(permissions)
+    raw, prefix, hashed = generate_raw_key()
+    with audited_transaction() as audit:
+        key = ApiKey.objects.create(
+            name=name,
+            prefix=prefix,
+            hashed_key=hashed,
+            permissions=permissions,
+            agent_ids=agent_ids or [],
+            shard_prefixes=shard_prefixes or [],
+            rate_limit=rate_limit,
+            expires_at=expires_at,
+        )
+        audit.append(
+            action=AuditAction.KEY_CREATE,
+            agent_id=created_by,
+            key_prefix=prefix,
+            details=_key_state(key),
+        )
+    return key, raw
+
+
+def api_key_update(*, key: ApiKey, changed_by: str, **changes: Any) -> ApiKey:
+    """Changes a key's grants; the audit entry records before and after."""
+    if "permissions" in changes:
+        changes["permissions"] = _known_permissions(changes["permissions"])
+    with audited_transaction() as audit:
+        before = _key_state(ApiKey.objects.get(pk=key.pk))
+        for field, value in changes.items():
+            setattr(key, field, value)
+        key.save()
+        after = _key_state(key)
+        diff = {f: {"from": before[f], "to": after[f]} for f in after if before[f] != after[f]}
+        if diff:
+            audit.append(
+                action=AuditAction.KEY_CHANGE,
+                agent_id=changed_by,
+                key_prefix=key.prefix,
+                details={"changes": diff},
+            )
+    return key
+
+
+def api_key_revoke(*, key: ApiKey, revoked_by: str) -> ApiKey:
+    with audited_transaction() as audit:
+        if ApiKey.objects.filter(pk=key.pk, revoked=False).update(revoked=True):
+            audit.append(action=AuditAction.KEY_REVOKE, agent_id=revoked_by, key_prefix=key.prefix)
+    key.revoked = True
+    return key
+
+
+def audit_auth_failure(*, reason: str, key_prefix: str = "", path: str = "") -> None:
+    """Written behind, in batches (never one write-lock turn per failure: a flood of
+    bad keys must not slow honest commits)."""
+    rejections.append(
+        {
+            "action": AuditAction.AUTH_FAILURE,
+            "key_prefix": key_prefix[:16],
+            "details": {"reason": reason, **({"path": path} if path else {})},
+        }
+    )

@@ -1,0 +1,140 @@
+"""The hash-chained audit log: appending inside a write transaction, verifying."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from audit.models import AuditEntry, AuditHead
+
+GENESIS_HASH = "0" * 64
+_NO_VALUE = object()
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def value_digest(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def entry_digest(entry: AuditEntry) -> str:
+    """SHA-256 over every field of the entry except its id, plus the previous hash."""
+    body = {
+        "prev_hash": entry.prev_hash,
+        "created_at": entry.created_at.isoformat(),
+        "action": entry.action,
+        "agent_id": entry.agent_id,
+        "key_prefix": entry.key_prefix,
+        "shard_id": entry.shard_id,
+        "version_before": entry.version_before,
+        "version_after": entry.version_after,
+        "value_hash": entry.value_hash,
+        "details": entry.details,
+    }
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+@dataclass
+class AuditWriter:
+    head: AuditHead
+
+    def append(
+        self,
+        *,
+        action: str,
+        agent_id: str = "",
+        key_prefix: str = "",
+        shard_id: str = "",
+        version_before: int | None = None,
+        version_after: int | None = None,
+        value: Any = _NO_VALUE,
+        details: dict[str, Any] | None = None,
+    ) -> AuditEntry:
+        has_value = value is not _NO_VALUE
+        entry = AuditEntry(
+            created_at=timezone.now(),
+            action=action,
+            agent_id=agent_id,
+            key_prefix=key_prefix,
+            shard_id=shard_id,
+            version_before=version_before,
+            version_after=version_after,
+            value=value if has_value else None,
+            value_hash=value_digest(value) if has_value else "",
+            details=details or {},
+            prev_hash=self.head.last_hash,
+        )
+        entry.entry_hash = entry_digest(entry)
+        entry.save(force_insert=True)
+        self.head.last_hash = entry.entry_hash
+        AuditHead.objects.filter(pk=self.head.pk).update(last_hash=entry.entry_hash)
+        return entry
+
+
+_writer = threading.Lock()
+
+
+@contextmanager
+def sqlite_writer_queue() -> Iterator[None]:
+    """SQLite has one writer; a writer that finds it busy sleeps in SQLite's busy
+    handler (up to 100 ms a nap). Threads of one process queue here instead:
+    measured, 80 appenders spent half their server time in those naps."""
+    if connection.vendor != "sqlite":
+        yield
+        return
+    with _writer:
+        yield
+
+
+@contextmanager
+def audited_transaction() -> Iterator[AuditWriter]:
+    """Every write runs in here. Locking the audit head first puts all writers in one
+    queue (on PostgreSQL; SQLite's IMMEDIATE transactions already do), so the chain
+    never forks and read-set checks see no concurrent change."""
+    with sqlite_writer_queue(), transaction.atomic():
+        head = AuditHead.objects.select_for_update().filter(pk=1).first()
+        if head is None:
+            AuditHead.objects.get_or_create(pk=1, defaults={"last_hash": GENESIS_HASH})
+            head = AuditHead.objects.select_for_update().get(pk=1)
+        yield AuditWriter(head)
+
+
+@dataclass
+class ChainBreak:
+    entry_id: int
+    reason: str
+
+
+def verify_chain(batch_size: int = 2000) -> tuple[int, ChainBreak | None]:
+    """Walks the log in order; returns (entries checked, first break or None)."""
+    previous = GENESIS_HASH
+    checked = 0
+    last_id = 0
+    while True:
+        batch = list(AuditEntry.objects.filter(id__gt=last_id).order_by("id")[:batch_size])
+        if not batch:
+            break
+        for entry in batch:
+            if entry.prev_hash != previous:
+                return checked, ChainBreak(entry.pk, "prev_hash does not match the entry before it")
+            if entry.value_hash and entry.value_hash != value_digest(entry.value):
+                return checked, ChainBreak(entry.pk, "stored value does not match value_hash")
+            if entry.entry_hash != entry_digest(entry):
+                return checked, ChainBreak(entry.pk, "entry contents do not match entry_hash")
+            previous = entry.entry_hash
+            checked += 1
+        last_id = batch[-1].pk
+    head = AuditHead.objects.filter(pk=1).first()
+    if head is not None and checked and head.last_hash != previous:
+        return checked, ChainBreak(last_id, "the newest entries were removed (head hash differs)")
+    return checked, None

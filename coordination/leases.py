@@ -1,0 +1,216 @@
+"""Leases: TTL-bound holders with keep-alive and fencing tokens.
+
+A ``put`` inside a transaction may carry ``lease_id``: what it wrote at that path
+is removed, and audited, when the lease expires or is revoked (the Concord
+holder pattern: a crashed leader's name disappears by itself). Each lease gets a
+``fence``, a token that only grows; a commit or transaction carrying a fence
+older than the newest one a shard has seen is refused (409 FENCED), so a holder
+that woke up after losing its lease cannot overwrite its successor.
+
+Expiry is checked at the start of every write (and read of leases), and Celery
+beat sweeps as well: correctness never waits for the worker."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit.chain import AuditWriter, audited_transaction
+from audit.models import AuditAction
+from common.errors import ApiError
+from coordination.models import Lease, LeaseBinding
+from realtime import push
+from shards.models import Shard, ShardType
+
+MIN_TTL, MAX_TTL = 1, 24 * 3600
+
+
+def lease_data(lease: Lease) -> dict[str, Any]:
+    return {
+        "lease_id": lease.id,
+        "ttl_seconds": lease.ttl_seconds,
+        "expires_at": lease.expires_at.isoformat().replace("+00:00", "Z"),
+        "fence": lease.fence,
+        "holder": lease.holder,
+    }
+
+
+def _ttl(ttl_seconds: Any) -> int:
+    if (
+        not isinstance(ttl_seconds, int)
+        or isinstance(ttl_seconds, bool)
+        or not (MIN_TTL <= ttl_seconds <= MAX_TTL)
+    ):
+        raise ApiError(
+            400,
+            "VALIDATION_ERROR",
+            f"ttl_seconds must be an integer from {MIN_TTL} to {MAX_TTL}.",
+            fields={"ttl_seconds": ["out of range"]},
+        )
+    return ttl_seconds
+
+
+def lease_grant(*, holder: str, key_prefix: str, ttl_seconds: Any) -> Lease:
+    ttl = _ttl(ttl_seconds)
+    with audited_transaction() as audit:
+        leases_expire_due(audit=audit)
+        now = timezone.now()
+        lease = Lease(
+            holder=holder,
+            key_prefix=key_prefix,
+            ttl_seconds=ttl,
+            expires_at=now + timedelta(seconds=ttl),
+        )
+        entry = audit.append(
+            action=AuditAction.LEASE_GRANTED,
+            agent_id=holder,
+            key_prefix=key_prefix,
+            details={"lease_id": lease.id, "ttl_seconds": ttl},
+        )
+        # The grant's global revision is the fence: it only ever grows.
+        lease.fence = entry.pk
+        lease.save(force_insert=True)
+    return lease
+
+
+def _held(lease_id: str, holder: str, key_prefix: str) -> Lease:
+    """The caller's own live lease. The claimed agent id is not enough: another
+    key may claim the same agent name, so the lease's owning key must be the
+    caller's too."""
+    lease = Lease.objects.filter(pk=lease_id, revoked=False).first()
+    if lease is None or lease.expires_at <= timezone.now():
+        raise ApiError(404, "LEASE_NOT_FOUND", f"No live lease {lease_id!r}.", lease_id=lease_id)
+    lease_owner_check(lease, holder=holder, key_prefix=key_prefix)
+    return lease
+
+
+def lease_owner_check(lease: Lease, *, holder: str, key_prefix: str) -> None:
+    """Only the holding agent, through the key that took the lease, may use it."""
+    if lease.holder != holder or lease.key_prefix != key_prefix:
+        raise ApiError(
+            403,
+            "PERMISSION_DENIED",
+            f"Lease {lease.id} is held by another agent or key: only its holder may use it.",
+        )
+
+
+def lease_keepalive(*, lease_id: str, holder: str, key_prefix: str) -> Lease:
+    with audited_transaction() as audit:
+        leases_expire_due(audit=audit)
+        lease = _held(lease_id, holder, key_prefix)
+        lease.expires_at = timezone.now() + timedelta(seconds=lease.ttl_seconds)
+        lease.save(update_fields=["expires_at"])
+    return lease
+
+
+def lease_revoke(*, lease_id: str, holder: str, key_prefix: str) -> None:
+    with audited_transaction() as audit:
+        leases_expire_due(audit=audit)
+        lease = _held(lease_id, holder, key_prefix)
+        _end(audit, lease, "revoked")
+
+
+def leases_expire_due(*, audit: AuditWriter | None = None) -> int:
+    """The one place leases end by time: inside the caller's write transaction, or
+    its own (Celery beat calls it that way)."""
+    if audit is None:
+        if not Lease.objects.due().exists():
+            return 0
+        with audited_transaction() as own:
+            return leases_expire_due(audit=own)
+    due = list(Lease.objects.due())
+    for lease in due:
+        _end(audit, lease, "expired")
+    return len(due)
+
+
+def _end(audit: AuditWriter, lease: Lease, why: str) -> None:
+    """Ends a lease and removes what it held, one new version per shard touched."""
+    from coordination.txn import path_delete
+
+    lease.revoked = True
+    lease.save(update_fields=["revoked"])
+    audit.append(
+        action=AuditAction.LEASE_ENDED,
+        agent_id=lease.holder,
+        key_prefix=lease.key_prefix,
+        details={"lease_id": lease.id, "why": why},
+    )
+    bindings = list(LeaseBinding.objects.filter(lease=lease))
+    by_shard: dict[tuple[str, Any], list[list[Any]]] = {}
+    for binding in bindings:
+        by_shard.setdefault((binding.shard_id, binding.incarnation), []).append(binding.path)
+    LeaseBinding.objects.filter(lease=lease).delete()
+    for (shard_id, incarnation), paths in sorted(by_shard.items(), key=lambda kv: kv[0][0]):
+        # Only the incarnation the paths were written in: a shard deleted and
+        # re-created since is another shard, with its own rules (fail closed).
+        shard = Shard.objects.filter(
+            pk=shard_id, incarnation=incarnation, type=ShardType.DECISION
+        ).first()
+        if shard is None:
+            continue
+        value = shard.value
+        removed = [p for p in paths if path_delete(value, tuple(p))]
+        if not removed:
+            continue
+        version = shard.version + 1
+        Shard.objects.filter(pk=shard_id).update(
+            value=value, version=version, updated_by=f"lease:{lease.id}", updated_at=timezone.now()
+        )
+        audit.append(
+            action=AuditAction.LEASE_RELEASED_PATH,
+            agent_id=lease.holder,
+            shard_id=shard_id,
+            version_before=shard.version,
+            version_after=version,
+            value=value,
+            details={"lease_id": lease.id, "paths": removed, "why": why},
+        )
+        transaction.on_commit(
+            lambda shard_id=shard_id, version=version: push.shard_changed(
+                shard_id=shard_id, version=version, committed_by=f"lease:{lease.id}"
+            )
+        )
+
+
+def lease_bind(
+    *, lease_id: str, holder: str, key_prefix: str, shard: Shard, path: list[Any]
+) -> None:
+    """Inside a transaction's write: ``path`` of this incarnation of ``shard``
+    belongs to this lease, which must be the caller's (agent and key)."""
+    lease = Lease.objects.filter(pk=lease_id, revoked=False, expires_at__gt=timezone.now()).first()
+    if lease is None:
+        raise ApiError(404, "LEASE_NOT_FOUND", f"No live lease {lease_id!r}.", lease_id=lease_id)
+    lease_owner_check(lease, holder=holder, key_prefix=key_prefix)
+    LeaseBinding.objects.get_or_create(
+        lease=lease, shard_id=shard.id, incarnation=shard.incarnation, path=path
+    )
+
+
+def lease_bindings_drop(*, shard_id: str) -> int:
+    """A shard is being deleted: the leases bound to it let go of it, writing
+    nothing (the lease itself lives on for whatever else it holds)."""
+    dropped, _ = LeaseBinding.objects.filter(shard_id=shard_id).delete()
+    return dropped
+
+
+def fence_check(*, shard_ids: set[str], fence: int | None) -> None:
+    """The fencing rule: a write carrying an older fence than the newest one the
+    shard has seen is refused; a newer one becomes the shard's fence."""
+    if fence is None:
+        return
+    for shard_id in sorted(shard_ids):
+        seen = Shard.objects.filter(pk=shard_id).values_list("fence", flat=True).first()
+        if seen is not None and fence < seen:
+            raise ApiError(
+                409,
+                "FENCED",
+                f"Fence {fence} is older than {seen}, the newest holder's on {shard_id!r}.",
+                shard_id=shard_id,
+                fence=fence,
+                current_fence=seen,
+            )
+    Shard.objects.filter(pk__in=shard_ids, fence__lt=fence).update(fence=fence)

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import secrets
+
+from django.db import models
+from django.utils import timezone
+
+
+def new_lease_id() -> str:
+    return f"lse_{secrets.token_hex(12)}"
+
+
+class LeaseQuerySet(models.QuerySet):
+    def live(self) -> LeaseQuerySet:
+        return self.filter(revoked=False, expires_at__gt=timezone.now())
+
+    def due(self) -> LeaseQuerySet:
+        """Not yet ended, but past their time."""
+        return self.filter(revoked=False, expires_at__lte=timezone.now())
+
+
+class Lease(models.Model):
+    id = models.CharField(primary_key=True, max_length=40, default=new_lease_id)
+    holder = models.CharField(max_length=128)
+    key_prefix = models.CharField(max_length=16, blank=True)
+    ttl_seconds = models.PositiveIntegerField()
+    expires_at = models.DateTimeField(db_index=True)
+    fence = models.PositiveBigIntegerField(default=0)
+    revoked = models.BooleanField(default=False)
+
+    objects = LeaseQuerySet.as_manager()
+
+    class Meta:
+        db_table = "shards_lease"
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.holder})"
+
+
+class LeaseBinding(models.Model):
+    """A path a lease holds: removed from the shard when the lease ends."""
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="bindings")
+    shard_id = models.CharField(max_length=128)
+    # The shard incarnation the path was written in: the lease's end touches that
+    # incarnation only, never a shard re-created under the same id.
+    incarnation = models.UUIDField(null=True)
+    path = models.JSONField()
+
+    class Meta:
+        db_table = "shards_leasebinding"
+
+    def __str__(self) -> str:
+        return f"{self.lease_id}: {self.shard_id} {self.path}"
+
+
+class IdempotencyRecord(models.Model):
+    """A write's stored response, replayed for a retry with the same key and body."""
+
+    scope = models.CharField(max_length=64)  # the API key's prefix
+    key = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64)
+    status = models.PositiveSmallIntegerField(null=True)  # None while in progress
+    body = models.BinaryField(null=True)
+    content_type = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        db_table = "shards_idempotencyrecord"
+        constraints = [models.UniqueConstraint(fields=["scope", "key"], name="one_record_per_key")]
+
+    def __str__(self) -> str:
+        return f"{self.scope}/{self.key} -> {self.status}"

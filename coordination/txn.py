@@ -1,0 +1,391 @@
+"""Transactions over shards (DESIGN.md section 7), in the style of etcd and Concord:
+``compare`` predicates decide whether the ``success`` or the ``failure`` operations
+run, all inside one write transaction. A task claim is one request that either
+wins or reads back who holds the task."""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from access.auth import permission_check
+from audit.chain import audited_transaction
+from audit.models import AuditAction
+from common.errors import ApiError
+from coordination.leases import fence_check, lease_bind, leases_expire_due
+from metrics import record
+from realtime import push
+from shards import crdt
+from shards.models import SHARD_ID_REGEX, CrdtType, Shard, ShardType
+from shards.services import Actor, additive_apply_locked, gate_check, owner_check, value_validate
+
+MAX_ITEMS = 100  # compares, and operations per branch
+COMPARE_OPS = {"==", "!=", "<", ">", "exists", "not_exists"}
+WRITE_OPS = {"put", "delete", "append"}
+_SHARD_ID = re.compile(SHARD_ID_REGEX)
+_ABSENT = object()
+
+
+def invalid(message: str, **details: Any) -> ApiError:
+    return ApiError(400, "VALIDATION_ERROR", message, **details)
+
+
+# --- parsing: the whole body is checked before anything is read or written -----
+
+
+@dataclass(frozen=True)
+class Compare:
+    shard_id: str
+    op: str
+    path: tuple[Any, ...] = ()
+    value: Any = None
+    version: int | None = None
+
+
+@dataclass(frozen=True)
+class Op:
+    op: str
+    shard_id: str
+    path: tuple[Any, ...] = ()
+    value: Any = None
+    items: tuple[Any, ...] = ()
+    lease_id: str = ""
+
+
+@dataclass(frozen=True)
+class Txn:
+    compare: list[Compare]
+    success: list[Op]
+    failure: list[Op]
+    fence: int | None = None
+
+    @property
+    def shard_ids(self) -> set[str]:
+        return {c.shard_id for c in self.compare} | {
+            o.shard_id for o in (*self.success, *self.failure)
+        }
+
+    def written(self, ops: list[Op]) -> set[str]:
+        return {o.shard_id for o in ops if o.op in WRITE_OPS}
+
+
+def _shard_id(raw: Any, where: str) -> str:
+    if not isinstance(raw, str) or not _SHARD_ID.match(raw):
+        raise invalid(f"{where}: shard_id must be a shard id.", at=where)
+    return raw
+
+
+def _path(raw: Any, where: str) -> tuple[Any, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) > 32:
+        raise invalid(f"{where}: path must be a list of keys (at most 32).", at=where)
+    for part in raw:
+        if isinstance(part, bool) or not isinstance(part, str | int):
+            raise invalid(f"{where}: path parts are strings (object keys) or integers.", at=where)
+    return tuple(raw)
+
+
+def txn_parse(body: Any) -> Txn:
+    if not isinstance(body, dict):
+        raise invalid("Expected a JSON object with compare, success and failure.")
+    unknown = set(body) - {"compare", "success", "failure", "fence"}
+    if unknown:
+        raise invalid(f"Unknown fields: {sorted(unknown)}.")
+    fence = body.get("fence")
+    if fence is not None and (not isinstance(fence, int) or isinstance(fence, bool) or fence < 1):
+        raise invalid("fence must be a positive integer.")
+    lists = {}
+    for name in ("compare", "success", "failure"):
+        raw = body.get(name, [])
+        if not isinstance(raw, list) or len(raw) > MAX_ITEMS:
+            raise invalid(f"{name} must be a list of at most {MAX_ITEMS} items.")
+        lists[name] = raw
+    if not lists["success"] and not lists["failure"]:
+        raise invalid("A transaction needs at least one success or failure operation.")
+    compares = [_parse_compare(c, f"compare[{i}]") for i, c in enumerate(lists["compare"])]
+    success = [_parse_op(o, f"success[{i}]") for i, o in enumerate(lists["success"])]
+    failure = [_parse_op(o, f"failure[{i}]") for i, o in enumerate(lists["failure"])]
+    return Txn(compares, success, failure, fence)
+
+
+def _parse_compare(raw: Any, where: str) -> Compare:
+    if not isinstance(raw, dict):
+        raise invalid(f"{where} must be an object.", at=where)
+    shard_id = _shard_id(raw.get("shard_id"), where)
+    if "version" in raw:
+        version = raw["version"]
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise invalid(f"{where}: version must be a non-negative integer.", at=where)
+        if set(raw) - {"shard_id", "version"}:
+            raise invalid(f"{where}: a version check has only shard_id and version.", at=where)
+        return Compare(shard_id, "version", version=version)
+    op = raw.get("op")
+    if op not in COMPARE_OPS:
+        raise invalid(f"{where}: op must be one of {sorted(COMPARE_OPS)}.", at=where)
+    if op not in ("exists", "not_exists") and "value" not in raw:
+        raise invalid(f"{where}: {op} needs a value.", at=where)
+    return Compare(shard_id, op, _path(raw.get("path"), where), raw.get("value"))
+
+
+def _parse_op(raw: Any, where: str) -> Op:
+    if not isinstance(raw, dict):
+        raise invalid(f"{where} must be an object.", at=where)
+    kind = raw.get("op")
+    shard_id = _shard_id(raw.get("shard_id"), where)
+    path = _path(raw.get("path"), where)
+    lease_id = raw.get("lease_id") or ""
+    if not isinstance(lease_id, str):
+        raise invalid(f"{where}: lease_id must be a string.", at=where)
+    if kind == "get":
+        return Op("get", shard_id, path)
+    if kind == "put":
+        if "value" not in raw:
+            raise invalid(f"{where}: put needs a value.", at=where)
+        return Op("put", shard_id, path, raw["value"], lease_id=lease_id)
+    if kind == "delete":
+        if not path:
+            raise invalid(f"{where}: delete needs a path (delete a shard with DELETE).", at=where)
+        return Op("delete", shard_id, path)
+    if kind == "append":
+        items = raw.get("items")
+        if not isinstance(items, list) or not items:
+            raise invalid(f"{where}: append needs a non-empty items list.", at=where)
+        return Op("append", shard_id, path, items=tuple(items))
+    raise invalid(f"{where}: op must be get, put, delete or append.", at=where)
+
+
+# --- paths inside a JSON value ----------------------------------------------------
+
+
+def path_get(value: Any, path: tuple[Any, ...]) -> Any:
+    for part in path:
+        if isinstance(value, dict) and isinstance(part, str):
+            value = value.get(part, _ABSENT)
+        elif isinstance(value, list) and isinstance(part, int) and -len(value) <= part < len(value):
+            value = value[part]
+        else:
+            return _ABSENT
+        if value is _ABSENT:
+            return _ABSENT
+    return value
+
+
+def path_put(value: Any, path: tuple[Any, ...], new: Any, where: str) -> Any:
+    """``value`` with ``new`` at ``path``, creating intermediate objects."""
+    if not path:
+        return copy.deepcopy(new)
+    head, rest = path[0], path[1:]
+    if isinstance(value, list) and isinstance(head, int) and -len(value) <= head < len(value):
+        value[head] = path_put(value[head], rest, new, where)
+        return value
+    if value is None or value is _ABSENT:
+        value = {}
+    if not isinstance(value, dict) or not isinstance(head, str):
+        raise ApiError(
+            400, "PATH_CONFLICT", f"{where}: the path goes through a non-object.", at=where
+        )
+    value[head] = path_put(value.get(head, _ABSENT), rest, new, where)
+    return value
+
+
+def path_delete(value: Any, path: tuple[Any, ...]) -> bool:
+    """Removes what is at ``path``; False when nothing was there."""
+    parent = path_get(value, path[:-1])
+    last = path[-1]
+    if isinstance(parent, dict) and isinstance(last, str) and last in parent:
+        del parent[last]
+        return True
+    if isinstance(parent, list) and isinstance(last, int) and -len(parent) <= last < len(parent):
+        del parent[last]
+        return True
+    return False
+
+
+def compare_holds(compare: Compare, shard: Shard | None, value: Any) -> bool:
+    if compare.op == "version":
+        return (shard.version if shard else 0) == compare.version
+    found = path_get(value, compare.path) if shard else _ABSENT
+    if compare.op == "exists":
+        return found is not _ABSENT
+    if compare.op == "not_exists":
+        return found is _ABSENT
+    if compare.op == "==":
+        return found is not _ABSENT and found == compare.value
+    if compare.op == "!=":
+        return found is _ABSENT or found != compare.value
+    try:
+        return found is not _ABSENT and (
+            found < compare.value if compare.op == "<" else found > compare.value
+        )
+    except TypeError:
+        return False
+
+
+# --- running -------------------------------------------------------------------------
+
+
+@dataclass
+class _Working:
+    shard: Shard
+    value: Any
+    before: int
+    changed: bool = False
+    appends: list[Any] = field(default_factory=list)
+
+
+def txn_apply(*, actor: Actor, key: Any, body: Any) -> dict[str, Any]:
+    """Parses and applies one transaction; all of it or nothing."""
+    txn = txn_parse(body)
+    _permissions_check(key, txn)
+    leases_expire_due()  # what expired leases held is gone before the compares
+    with audited_transaction() as audit:
+        shards = {s.id: s for s in Shard.objects.filter(pk__in=txn.shard_ids)}
+        values = {sid: _value_of(s) for sid, s in shards.items()}
+        succeeded = all(
+            compare_holds(c, shards.get(c.shard_id), values.get(c.shard_id)) for c in txn.compare
+        )
+        ops = txn.success if succeeded else txn.failure
+        fence_check(shard_ids=txn.written(ops), fence=txn.fence)
+        working: dict[str, _Working] = {}
+        responses = []
+        for index, op in enumerate(ops):
+            where = f"{'success' if succeeded else 'failure'}[{index}]"
+            shard = shards.get(op.shard_id)
+            if shard is None:
+                raise ApiError(
+                    404,
+                    "SHARD_NOT_FOUND",
+                    f"{where}: no shard {op.shard_id!r}.",
+                    shard_id=op.shard_id,
+                    at=where,
+                )
+            item = working.setdefault(
+                op.shard_id, _Working(shard, copy.deepcopy(values[op.shard_id]), shard.version)
+            )
+            responses.append(_run_op(op, item, where, actor))
+        versions, revision = _write(audit, actor, working)
+    if succeeded and txn.compare and versions:
+        record.recorder.count(record.CLAIMS)
+    return {
+        "succeeded": succeeded,
+        "responses": responses,
+        "versions": versions,
+        "revision": revision,
+    }
+
+
+def _value_of(shard: Shard) -> Any:
+    from shards.services import shard_current_value
+
+    return shard_current_value(shard)
+
+
+def _permissions_check(key: Any, txn: Txn) -> None:
+    writes = txn.written(txn.success) | txn.written(txn.failure)
+    needed = {"shard:read"} if txn.shard_ids - writes or txn.compare else set()
+    if writes:
+        needed.add("shard:write")
+    for permission in sorted(needed):
+        permission_check(key, permission)
+    outside = sorted(s for s in txn.shard_ids if not key.allows_shard(s))
+    if outside:
+        raise ApiError(
+            403, "PERMISSION_DENIED", "This key may not touch these shards.", shard_ids=outside
+        )
+
+
+def _run_op(op: Op, item: _Working, where: str, actor: Actor) -> dict[str, Any]:
+    shard = item.shard
+    if op.op == "get":
+        found = path_get(item.value, op.path)
+        return {
+            "op": "get",
+            "shard_id": shard.id,
+            "path": list(op.path),
+            "found": found is not _ABSENT,
+            "value": None if found is _ABSENT else found,
+            "version": shard.version,
+        }
+    # Writes follow the shard's rules: owners, the gate, the type.
+    owner_check(shard, actor.agent_id)
+    gate_check(shard, None)
+    if op.op == "append":
+        if shard.type != ShardType.ADDITIVE or shard.crdt_type != CrdtType.ARRAY or op.path:
+            raise ApiError(
+                400,
+                "UNSUPPORTED_DIFF",
+                f"{where}: append is for additive array shards (no path).",
+                at=where,
+            )
+        item.appends.extend(op.items)
+        item.changed = True
+        return {"op": "append", "shard_id": shard.id}
+    if shard.type != ShardType.DECISION:
+        raise ApiError(
+            400, "UNSUPPORTED_DIFF", f"{where}: put and delete are for decision shards.", at=where
+        )
+    if op.op == "put":
+        item.value = path_put(item.value, op.path, op.value, where)
+        item.changed = True
+        if op.lease_id:
+            lease_bind(
+                lease_id=op.lease_id,
+                holder=actor.agent_id,
+                key_prefix=actor.key_prefix,
+                shard=shard,
+                path=list(op.path),
+            )
+    elif path_delete(item.value, op.path):
+        item.changed = True
+    return {"op": op.op, "shard_id": shard.id, "path": list(op.path)}
+
+
+def _write(
+    audit: Any, actor: Actor, working: dict[str, _Working]
+) -> tuple[dict[str, int], int | None]:
+    """One new version per written shard, each audited."""
+    versions: dict[str, int] = {}
+    revision = None
+    for shard_id in sorted(working):
+        item = working[shard_id]
+        if not item.changed:
+            continue
+        if item.appends:
+            op = crdt.parse_op(CrdtType.ARRAY, {"append": item.appends})
+            result = additive_apply_locked(
+                audit=audit,
+                actor=actor,
+                shard=item.shard,
+                change=lambda doc, value, op=op: crdt.apply_op(CrdtType.ARRAY, doc, value, op),
+                op_json=op.as_json(),
+            )
+            versions[shard_id], revision = result.version, result.audit_entry_id
+            continue
+        value_validate(item.shard.value_schema, item.value)
+        version = item.before + 1
+        Shard.objects.filter(pk=shard_id).update(
+            value=item.value, version=version, updated_by=actor.agent_id, updated_at=timezone.now()
+        )
+        entry = audit.append(
+            action=AuditAction.SHARD_COMMIT,
+            agent_id=actor.agent_id,
+            key_prefix=actor.key_prefix,
+            shard_id=shard_id,
+            version_before=item.before,
+            version_after=version,
+            value=item.value,
+            details={"txn": True},
+        )
+        versions[shard_id], revision = version, entry.pk
+        transaction.on_commit(
+            lambda shard_id=shard_id, version=version: push.shard_changed(
+                shard_id=shard_id, version=version, committed_by=actor.agent_id
+            )
+        )
+    return versions, revision

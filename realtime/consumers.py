@@ -1,0 +1,319 @@
+"""The agent WebSocket channel, /ws/agents/ (DESIGN.md section 4.1), and the
+pages' read-only channel, /ws/live/ (section 4.3)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+
+from access.auth import AGENT_ID_RE, permission_check, split_raw_key
+from access.handshakes import handshake_blocked, handshake_key
+from common.errors import ApiError
+from coordination.watch import change_stream, latest_revision, watch_check
+from metrics import record
+from realtime import push
+from realtime.fanout import fanout
+from realtime.keywatch import key_watch
+from realtime.sweeper import ensure_sweeping, sweeping_release
+from shards.models import SHARD_ID_REGEX
+
+SHARD_ID = re.compile(SHARD_ID_REGEX)
+
+
+def raw_key_of(scope: dict[str, Any]) -> str:
+    """X-API-Key header, or ?api_key= for clients that cannot set headers."""
+    for name, value in scope.get("headers", []):
+        if name == b"x-api-key":
+            return value.decode("latin1")
+    query = parse_qs(scope.get("query_string", b"").decode("latin1"))
+    return query.get("api_key", [""])[0]
+
+
+def agent_id_of(scope: dict[str, Any]) -> str:
+    """X-Agent-Id header, or ?agent_id=."""
+    for name, value in scope.get("headers", []):
+        if name == b"x-agent-id":
+            return value.decode("latin1").strip()
+    query = parse_qs(scope.get("query_string", b"").decode("latin1"))
+    return query.get("agent_id", [""])[0].strip()
+
+
+CLOSE_RATE_LIMITED = 4429
+CLOSE_NOT_ALLOWED = 4403
+
+
+class AgentConsumer(AsyncJsonWebsocketConsumer):
+    key = None
+    watcher: asyncio.Task | None = None
+    watch_prefix: str | None = None
+    agent_id = ""
+    agent_group = ""
+
+    async def connect(self) -> None:
+        push.bind_loop()
+        self.subscriptions: set[str] = set()
+        raw_key = raw_key_of(self.scope)
+        if handshake_blocked(self.scope) and split_raw_key(raw_key) is None:
+            await self.close(code=CLOSE_RATE_LIMITED)  # before accept: HTTP 403, no work
+            return
+        try:
+            key = await database_sync_to_async(handshake_key)(scope=self.scope, raw_key=raw_key)
+        except ApiError as refusal:
+            if refusal.status == 429:
+                await self.accept()
+                await self.send_json({"type": "error", **refusal.envelope()["error"]})
+                await self.close(code=CLOSE_RATE_LIMITED)
+            else:
+                await self.close()  # before accept: the handshake is refused (HTTP 403)
+            return
+        agent_id = agent_id_of(self.scope)
+        if agent_id and not (AGENT_ID_RE.match(agent_id) and key.allows_agent(agent_id)):
+            await self.close()
+            return
+        self.key = key
+        ensure_sweeping()
+        await fanout.ensure_listening()
+        if agent_id:
+            # Pushes addressed to this agent (approval_decided, conflict_notify), as
+            # sent by this key: another key claiming the same agent id gets none.
+            self.agent_id = agent_id
+            self.agent_group = push.agent_group(key.prefix, agent_id)
+            await self.channel_layer.group_add(self.agent_group, self.channel_name)
+        await self.accept()
+        record.recorder.socket_opened()
+        key_watch.register(key, self)
+
+    async def disconnect(self, code: int) -> None:
+        if self.watcher is not None:
+            self.watcher.cancel()
+        if self.key is None:
+            return
+        key_watch.unregister(self.key.prefix, self)
+        sweeping_release()
+        if self.agent_group:
+            await self.channel_layer.group_discard(self.agent_group, self.channel_name)
+        fanout.discard(self, self.subscriptions)
+        record.recorder.socket_closed(self.subscriptions)
+        self.key = None
+
+    async def key_changed(self, key: Any) -> None:
+        """The key's grants changed (keywatch): keep going on the new ones if they
+        still cover what this socket does, otherwise close it (4403)."""
+        still_allowed = (
+            (not self.agent_id or key.allows_agent(self.agent_id))
+            and (
+                (not self.subscriptions and self.watch_prefix is None)
+                or key.has_permission("shard:read")
+            )
+            and all(key.allows_shard(s) for s in self.subscriptions)
+            and (self.watch_prefix is None or key.allows_shard(self.watch_prefix))
+        )
+        self.key = key
+        if not still_allowed:
+            await self.close(code=CLOSE_NOT_ALLOWED)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        kind = content.get("type") if isinstance(content, dict) else None
+        try:
+            if kind == "ping":
+                await self.send_json({"type": "pong"})
+            elif kind == "subscribe":
+                await self.subscribe(subscription_ids(content, self.key))
+            elif kind == "unsubscribe":
+                await self.unsubscribe(subscription_ids(content, None))
+            elif kind == "watch":
+                await self.watch(content)
+            else:
+                raise ApiError(400, "UNSUPPORTED_MESSAGE", f"Unknown message type {kind!r}.")
+        except ApiError as error:
+            await self.send_json({"type": "error", **error.envelope()["error"]})
+
+    async def subscribe(self, shard_ids: list[str]) -> None:
+        new = set(shard_ids) - self.subscriptions
+        subscription_cap_check(len(self.subscriptions), len(new))  # all or nothing
+        fanout.add(self, new)  # O(1) per id: a local map, no channel-layer call
+        self.subscriptions |= new
+        record.recorder.subscribed(new, +1)
+        await self.send_json({"type": "subscribed", "shard_ids": shard_ids})
+
+    async def unsubscribe(self, shard_ids: list[str]) -> None:
+        gone = set(shard_ids) & self.subscriptions
+        fanout.discard(self, gone)
+        self.subscriptions -= gone
+        record.recorder.subscribed(gone, -1)
+        await self.send_json({"type": "unsubscribed", "shard_ids": shard_ids})
+
+    async def watch(self, content: dict[str, Any]) -> None:
+        """Every change after ``since`` under ``prefix``, in revision order, then
+        live ones, as ``watch_event`` frames; one watch per socket."""
+        prefix = content.get("prefix", "")
+        since = content.get("since")
+        if not isinstance(prefix, str) or (
+            since is not None
+            and (not isinstance(since, int) or isinstance(since, bool) or since < 0)
+        ):
+            raise ApiError(
+                400, "VALIDATION_ERROR", "watch takes a prefix string and a since revision."
+            )
+        since = await database_sync_to_async(watch_start)(key=self.key, prefix=prefix, since=since)
+        if self.watcher is not None:
+            self.watcher.cancel()
+        self.watch_prefix = prefix
+        self.watcher = asyncio.get_running_loop().create_task(self._watch(prefix, since))
+        await self.send_json({"type": "watching", "prefix": prefix, "since": since})
+
+    async def _watch(self, prefix: str, since: int) -> None:
+        async for change in change_stream(prefix=prefix, since=since):
+            if change is not None:
+                await self.send_json({"type": "watch_event", **change})
+
+    async def shard_invalidate(self, event: dict[str, Any]) -> None:
+        """From this process's fanout, for a shard this socket subscribes to."""
+        shard_id = event["shard_id"]
+        if self.key is None or shard_id not in self.subscriptions:
+            return
+        if event.get("deleted"):
+            # The shard is gone: a last notice, and the subscription ends with it,
+            # so a shard re-created under this id starts with no subscribers.
+            fanout.discard(self, {shard_id})
+            self.subscriptions.discard(shard_id)
+            record.recorder.subscribed({shard_id}, -1)
+            await self.send_json(
+                {
+                    "type": "invalidate",
+                    "shard_id": shard_id,
+                    "version": None,
+                    "committed_by": event["committed_by"],
+                    "deleted": True,
+                }
+            )
+            record.recorder.count(record.WS_SENT)
+            return
+        if event["committed_by"] == self.agent_id:
+            return  # the committer knows: it just got the new version in its 200
+        message = {k: event[k] for k in ("shard_id", "version", "committed_by")}
+        await self.send_json({"type": "invalidate", **message})
+        record.recorder.count(record.WS_SENT)
+
+    async def agent_message(self, event: dict[str, Any]) -> None:
+        message = event["message"]
+        shard_id = message.get("shard_id")
+        # Delivery re-checks the key's scope: a push carries the shard's values.
+        if self.key is None or (shard_id is not None and not self.key.allows_shard(shard_id)):
+            return
+        await self.send_json(message)
+        record.recorder.count(record.WS_SENT)
+
+
+def watch_start(*, key: Any, prefix: str, since: int | None) -> int:
+    if since is None:
+        since = latest_revision()
+    watch_check(prefix=prefix, since=since, key=key)
+    return since
+
+
+MAX_SUBSCRIBE = 1000
+
+
+def subscription_cap_check(held: int, adding: int) -> None:
+    """At most ZEROLOCK_MAX_SUBSCRIPTIONS_PER_SOCKET ids per socket; past it the
+    whole message is refused and nothing of it applied."""
+    cap = settings.ZEROLOCK_MAX_SUBSCRIPTIONS_PER_SOCKET
+    if held + adding > cap:
+        raise ApiError(
+            400,
+            "TOO_MANY_SUBSCRIPTIONS",
+            f"A socket holds at most {cap} subscriptions ({held} held, {adding} new).",
+            limit=cap,
+            subscriptions=held,
+        )
+
+
+def subscription_ids(content: dict[str, Any], key: Any) -> list[str]:
+    """The message's shard ids, checked; with a key, also its read permission and scope."""
+    shard_ids = content.get("shard_ids")
+    if (
+        not isinstance(shard_ids, list)
+        or not 0 < len(shard_ids) <= MAX_SUBSCRIBE
+        or not all(isinstance(s, str) and SHARD_ID.match(s) for s in shard_ids)
+    ):
+        raise ApiError(
+            400,
+            "VALIDATION_ERROR",
+            f"shard_ids must be a list of 1-{MAX_SUBSCRIBE} shard ids.",
+        )
+    if key is not None:
+        permission_check(key, "shard:read")
+        outside = [s for s in shard_ids if not key.allows_shard(s)]
+        if outside:
+            raise ApiError(
+                403,
+                "PERMISSION_DENIED",
+                "This key may not watch these shards.",
+                shard_ids=outside,
+            )
+    return shard_ids
+
+
+def can_watch(user: Any) -> bool:
+    """Who may watch the live pages: staff, or anyone allowed to see approvals."""
+    return bool(
+        user.is_authenticated
+        and user.is_active
+        and (user.is_staff or user.has_perm("approvals.view_approval"))
+    )
+
+
+LIVE_COALESCE_SECONDS = 0.25
+
+
+class LiveConsumer(AsyncJsonWebsocketConsumer):
+    """Session-authenticated and read-only: it only forwards what the server pushes.
+    Shard changes are coalesced (the newest per shard, at most four batches a
+    second), so a storm of commits cannot flood a browser."""
+
+    joined = False
+
+    async def connect(self) -> None:
+        push.bind_loop()
+        user = self.scope.get("user")
+        if user is None or not await database_sync_to_async(can_watch)(user):
+            await self.close()
+            return
+        self.pending: dict[str, dict[str, Any]] = {}
+        self.flusher: asyncio.Task | None = None
+        ensure_sweeping()
+        await self.channel_layer.group_add(push.LIVE_GROUP, self.channel_name)
+        self.joined = True
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self.joined:
+            sweeping_release()
+            await self.channel_layer.group_discard(push.LIVE_GROUP, self.channel_name)
+            if self.flusher is not None:
+                self.flusher.cancel()
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if isinstance(content, dict) and content.get("type") == "ping":
+            await self.send_json({"type": "pong"})
+
+    async def live_event(self, event: dict[str, Any]) -> None:
+        message = event["message"]
+        if message.get("type") != "shard":
+            await self.send_json(message)
+            return
+        self.pending[message["shard_id"]] = message
+        if self.flusher is None:
+            self.flusher = asyncio.get_running_loop().create_task(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(LIVE_COALESCE_SECONDS)
+        changes, self.pending, self.flusher = list(self.pending.values()), {}, None
+        await self.send_json({"type": "shards", "changes": changes})
