@@ -1,68 +1,36 @@
-"""API-key authentication and per-view permission checks."""
+"""Who is acting, and what they may do: API-key authentication, the agent check,
+permission and scope checks. Each rule is one function, called by the REST
+views, the WebSockets, the SSE watch and the services alike."""
 
 from __future__ import annotations
 
-import hashlib
 import re
-import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 from django.http import HttpRequest
-from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from access.models import ApiKey
-from access.ratelimit import RateState, rate_limit_hit
 from common.errors import ApiError
 
-KEY_PREFIX = "zl_"
+from .keys import key_from_raw, prefix_of
+from .models import ApiKey
+from .ratelimit import RateState, rate_limit_hit
+from .services import audit_auth_failure
+
 AGENT_ID_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
-# last_used_at is a hint for admins, not worth a write on every request.
-LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
-def hash_secret(secret: str) -> str:
-    # The secret is 256 random bits: a fast hash is enough, a slow KDF buys nothing.
-    return hashlib.sha256(secret.encode()).hexdigest()
+@dataclass(frozen=True)
+class Actor:
+    """Who a write is recorded as: the agent id, and the key that vouched for it."""
 
-
-def generate_raw_key() -> tuple[str, str, str]:
-    """Returns (raw_key, prefix, hashed_secret)."""
-    prefix = secrets.token_hex(4)
-    secret = secrets.token_urlsafe(32)
-    return f"{KEY_PREFIX}{prefix}.{secret}", prefix, hash_secret(secret)
-
-
-def split_raw_key(raw: str) -> tuple[str, str] | None:
-    if not raw.startswith(KEY_PREFIX) or "." not in raw:
-        return None
-    prefix, _, secret = raw[len(KEY_PREFIX) :].partition(".")
-    return (prefix, secret) if prefix and secret else None
-
-
-def key_from_raw(raw: str) -> ApiKey:
-    """The usable key for a raw key string, or ApiError 401 saying why not."""
-    parts = split_raw_key(raw)
-    key = ApiKey.objects.filter(prefix=parts[0]).first() if parts else None
-    if key is None or not secrets.compare_digest(key.hashed_key, hash_secret(parts[1])):
-        raise ApiError(401, "UNAUTHENTICATED", "Unknown API key.")
-    if key.revoked:
-        raise ApiError(401, "KEY_REVOKED", "This API key has been revoked.")
-    if key.expires_at and key.expires_at <= timezone.now():
-        raise ApiError(401, "KEY_EXPIRED", "This API key has expired.")
-    _touch(key)
-    return key
-
-
-def _touch(key: ApiKey) -> None:
-    if cache.add(f"apikey-used:{key.pk}", 1, timeout=LAST_USED_RESOLUTION.total_seconds()):
-        ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+    agent_id: str
+    key_prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,6 +44,51 @@ class Principal:
     def is_authenticated(self) -> bool:
         return True
 
+    @property
+    def actor(self) -> Actor:
+        return Actor(agent_id=self.agent_id, key_prefix=self.key.prefix)
+
+    @property
+    def reader(self) -> str:
+        """Who a read is recorded as: the agent, or else the key."""
+        return self.agent_id or f"key:{self.key.prefix}"
+
+
+# --- authentication ---------------------------------------------------------------
+
+
+def key_resolve(raw: str) -> ApiKey | ApiError:
+    """The usable key for a raw key, or the ApiError saying why not (nothing recorded)."""
+    try:
+        return key_from_raw(raw)
+    except ApiError as refusal:
+        return refusal
+
+
+def authentication_refused(refusal: ApiError, *, raw: str, path: str = "") -> ApiError:
+    """The one record of a failed authentication (written behind, in batches)."""
+    audit_auth_failure(reason=refusal.code, key_prefix=prefix_of(raw), path=path)
+    return refusal
+
+
+def authenticate(raw: str, *, path: str = "") -> ApiKey:
+    """The one raw-key authentication: the usable key, or ApiError 401 once its
+    failure is recorded."""
+    key = key_resolve(raw)
+    if isinstance(key, ApiError):
+        raise authentication_refused(key, raw=raw, path=path)
+    return key
+
+
+def request_key(request: HttpRequest) -> ApiKey | ApiError | None:
+    """The request's X-API-Key, resolved once per request (the rate limiter needs
+    it before DRF authenticates): the key, the ApiError saying why it is not
+    usable, or None when no key was sent."""
+    if not hasattr(request, "zerolock_key"):
+        raw = request.META.get("HTTP_X_API_KEY", "")
+        request.zerolock_key = key_resolve(raw) if raw else None
+    return request.zerolock_key
+
 
 def key_rate_hit(key: ApiKey) -> RateState:
     """Counts one request against a valid key: its own limit, or the default."""
@@ -85,20 +98,26 @@ def key_rate_hit(key: ApiKey) -> RateState:
     )
 
 
-def request_key(request: HttpRequest) -> ApiKey | ApiError | None:
-    """The request's X-API-Key, resolved once per request (the rate limiter needs
-    it before DRF authenticates): the key, the ApiError saying why it is not
-    usable, or None when no key was sent."""
-    if not hasattr(request, "zerolock_key"):
-        raw = request.META.get("HTTP_X_API_KEY", "")
-        resolved: ApiKey | ApiError | None = None
-        if raw:
-            try:
-                resolved = key_from_raw(raw)
-            except ApiError as exc:
-                resolved = exc
-        request.zerolock_key = resolved
-    return request.zerolock_key
+# --- what a key may do ---------------------------------------------------------------
+
+
+def agent_check(key: ApiKey, agent_id: str) -> str:
+    """The agent id a request claims: well formed, and one this key may act as.
+    An empty id passes (reads need none; writes check ``agent_required``)."""
+    if not agent_id:
+        return agent_id
+    if not AGENT_ID_RE.match(agent_id):
+        raise ApiError(400, "VALIDATION_ERROR", "Agent id: 1-128 chars of [A-Za-z0-9_.:@-].")
+    if not key.allows_agent(agent_id):
+        raise ApiError(403, "AGENT_NOT_ALLOWED", f"This key may not act as agent {agent_id!r}.")
+    return agent_id
+
+
+def agent_required(agent_id: str) -> None:
+    if not agent_id:
+        raise ApiError(
+            400, "AGENT_ID_REQUIRED", "Writes need an agent id (X-Agent-Id, or ?agent_id=)."
+        )
 
 
 def permission_check(key: ApiKey, permission: str) -> None:
@@ -112,14 +131,32 @@ def permission_check(key: ApiKey, permission: str) -> None:
         )
 
 
-def shard_scope_check(principal: Principal, shard_id: str) -> None:
-    if not principal.key.allows_shard(shard_id):
+def scope_check(key: ApiKey, shard_ids: Iterable[str]) -> None:
+    """403 PERMISSION_DENIED, naming them, if any of these shards is outside the
+    key's scopes (its shard-id prefixes; none: every shard)."""
+    outside = sorted({s for s in shard_ids if not key.allows_shard(s)})
+    if outside:
         raise ApiError(
             403,
             "PERMISSION_DENIED",
-            f"This key may not touch shard {shard_id!r} (scopes: {principal.key.shard_prefixes}).",
+            f"This key may not touch {', '.join(map(repr, outside[:10]))} "
+            f"(scopes: {key.shard_prefixes}).",
             permission="shard scope",
+            shard_ids=outside,
         )
+
+
+def can_watch(user: Any) -> bool:
+    """Who may see the console and the live pages: staff, or anyone allowed to
+    see approvals."""
+    return bool(
+        user.is_authenticated
+        and user.is_active
+        and (user.is_staff or user.has_perm("approvals.view_approval"))
+    )
+
+
+# --- Django REST framework -------------------------------------------------------------
 
 
 class ApiKeyAuthentication(BaseAuthentication):
@@ -129,21 +166,8 @@ class ApiKeyAuthentication(BaseAuthentication):
         if key is None:
             raise ApiError(401, "UNAUTHENTICATED", "Send your API key in the X-API-Key header.")
         if isinstance(key, ApiError):
-            from access.services import audit_auth_failure
-
-            raw = request.META.get("HTTP_X_API_KEY", "")
-            audit_auth_failure(reason=key.code, key_prefix=(split_raw_key(raw) or ("",))[0])
-            raise key
-        agent_id = request.META.get("HTTP_X_AGENT_ID", "").strip()
-        if agent_id:
-            if not AGENT_ID_RE.match(agent_id):
-                raise ApiError(
-                    400, "VALIDATION_ERROR", "X-Agent-Id: 1-128 chars of [A-Za-z0-9_.:@-]."
-                )
-            if not key.allows_agent(agent_id):
-                raise ApiError(
-                    403, "AGENT_NOT_ALLOWED", f"This key may not act as agent {agent_id!r}."
-                )
+            raise authentication_refused(key, raw=request.META.get("HTTP_X_API_KEY", ""))
+        agent_id = agent_check(key, request.META.get("HTTP_X_AGENT_ID", "").strip())
         return Principal(key=key, agent_id=agent_id), key
 
     def authenticate_header(self, request: Request) -> str:
@@ -161,8 +185,8 @@ class HasKeyPermission(BasePermission):
         needed = getattr(view, "required_permissions", {}).get(request.method)
         if needed:
             permission_check(principal.key, needed)
-        if request.method not in ("GET", "HEAD", "OPTIONS") and not principal.agent_id:
-            raise ApiError(400, "AGENT_ID_REQUIRED", "Writes need the X-Agent-Id header.")
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            agent_required(principal.agent_id)
         if "shard_id" in view.kwargs:
-            shard_scope_check(principal, view.kwargs["shard_id"])
+            scope_check(principal.key, [view.kwargs["shard_id"]])
         return True

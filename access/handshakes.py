@@ -16,11 +16,12 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 
-from access.auth import key_from_raw, split_raw_key
-from access.models import ApiKey
-from access.ratelimit import rate_limit_hit
-from access.services import audit_auth_failure
 from common.errors import ApiError
+
+from .auth import authentication_refused, key_resolve
+from .keys import split_raw_key
+from .models import ApiKey
+from .ratelimit import rate_limit_hit
 
 
 def client_address(scope: dict[str, Any]) -> str:
@@ -70,17 +71,14 @@ def handshake_key(*, scope: dict[str, Any], raw_key: str) -> ApiKey:
         _block_here(address, LOCAL_BLOCK_SECONDS)
         blocked = True
     if blocked:
-        if split_raw_key(raw_key) is None:
+        key = key_resolve(raw_key) if split_raw_key(raw_key) is not None else None
+        if not isinstance(key, ApiKey):
             raise throttled()
-        try:
-            return key_from_raw(raw_key)
-        except ApiError:
-            raise throttled() from None
-    try:
-        return key_from_raw(raw_key)
-    except ApiError as failure:
-        _failed(address=address, raw_key=raw_key, reason=failure.code, path=scope.get("path", ""))
-        raise
+        return key
+    key = key_resolve(raw_key)
+    if isinstance(key, ApiError):
+        raise _failed(address=address, raw_key=raw_key, refusal=key, path=scope.get("path", ""))
+    return key
 
 
 def throttled() -> ApiError:
@@ -89,16 +87,17 @@ def throttled() -> ApiError:
     )
 
 
-def _failed(*, address: str, raw_key: str, reason: str, path: str) -> None:
-    key_prefix = (split_raw_key(raw_key) or ("",))[0]
+def _failed(*, address: str, raw_key: str, refusal: ApiError, path: str) -> ApiError:
+    """Counts a failed handshake against its address; records it while the
+    address is within its budget, and once more when the budget runs out."""
     state = rate_limit_hit(
         identity=f"ws-ip:{address}", limit=settings.ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE
     )
     if state.allowed:
-        audit_auth_failure(reason=reason, key_prefix=key_prefix, path=path)
-        return
+        return authentication_refused(refusal, raw=raw_key, path=path)
     _block_here(address, min(state.retry_after or 1, LOCAL_BLOCK_SECONDS))
     if cache.add(_blocked_key(address), 1, timeout=state.retry_after):
         # One entry for the whole block; the handshakes refused during it are not
         # audited one by one (that was the flood's cost).
-        audit_auth_failure(reason="RATE_LIMITED", key_prefix=key_prefix, path=path)
+        authentication_refused(throttled(), raw=raw_key, path=path)
+    return refusal

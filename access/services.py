@@ -11,7 +11,7 @@ from audit.models import AuditAction
 from audit.rejections import rejections
 from common.errors import ApiError
 
-from .auth import generate_raw_key
+from .keys import generate_raw_key
 from .models import ApiKey, ApiKeyPermission
 
 

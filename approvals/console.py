@@ -19,9 +19,9 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date
 from django.views.decorators.http import require_GET, require_POST
 
+from access.auth import can_watch
 from audit.models import AuditEntry
 from common.errors import ApiError
-from realtime.consumers import can_watch
 from shards.models import Shard
 
 from . import services

@@ -1,7 +1,9 @@
 """The approval half of the gate: may this commit carry this approval?
 
-Called by ``shards.services.gate_check`` before anything is attempted, and the
-single use is enforced again inside the commit's transaction (``approval_consume``)."""
+Registered with the shards core in ``ApprovalsConfig.ready()`` (the core does
+not import this app): ``shards.services.gate_check`` calls ``verify`` before
+anything is attempted, and the single use is enforced again inside the commit's
+transaction (``consume``)."""
 
 from __future__ import annotations
 
@@ -52,3 +54,21 @@ def approval_consume(*, approval_id: str, commit: dict[str, Any]) -> None:
     )
     if not used:
         raise invalid("ALREADY_USED", f"Approval {approval_id} has already been used.")
+
+
+class ApprovalGate:
+    """What the shards core knows of approvals (``shards.hooks.Gate``)."""
+
+    def verify(
+        self, *, approval_id: str, shard_id: str, agent_id: str, expected_version: int, new_value: Any
+    ) -> None:
+        approval_verify(
+            approval_id=approval_id,
+            shard_id=shard_id,
+            agent_id=agent_id,
+            expected_version=expected_version,
+            new_value=new_value,
+        )
+
+    def consume(self, *, approval_id: str, commit: dict[str, Any]) -> None:
+        approval_consume(approval_id=approval_id, commit=commit)

@@ -193,3 +193,10 @@ class ApprovalDecision(models.Model):
         if self.user is not None:
             return self.user.get_username()
         return ""
+
+
+def approval_counts() -> dict[str, int]:
+    """How many approvals are in each (effective) status: GET /api/metrics shows it."""
+    return {
+        status: Approval.objects.with_status(status).count() for status in ApprovalStatus.values
+    }

@@ -1,6 +1,6 @@
 """Writes for approval gates. Each rule lives in one function: the request
 checks in ``approval_request``, deciding (self-approval, expiry, quorum, the
-commit through ``occ_apply``) in ``approval_decide``, expiry in ``approval_expire``.
+commit through the one version writer) in ``approval_decide``, expiry in ``approval_expire``.
 
 Quorum counts principals (an API key, or a console user), never the agent ids
 one key claims; a principal decides a request at most once."""
@@ -12,18 +12,20 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import transaction
 from django.utils import timezone
 
+from access.auth import Actor
 from access.models import ApiKey
 from audit.chain import AuditWriter, audited_transaction, value_digest
 from audit.models import AuditAction
 from common.errors import ApiError
-from realtime import push
+from common.events import send_event_on_commit
 from shards.models import Shard, ShardType
-from shards.services import Actor, occ_apply, owner_check, shard_get, value_validate
+from shards.selectors import shard_get
+from shards.services import owner_check
+from shards.value_schema import value_validate
+from shards.writer import version_write, write_transaction
 
-from . import notify
 from .diffs import proposed_value_check, value_diff
 from .models import Approval, ApprovalDecision, ApprovalStatus
 
@@ -126,7 +128,7 @@ def approval_request(
             value=proposed_value,
             details={"approval_id": approval.id, "ttl_seconds": ttl_seconds},
         )
-        transaction.on_commit(lambda: notify.approval_changed(approval, "requested"))
+        send_event_on_commit("approval_changed", approval=approval, event="requested")
     return approval
 
 
@@ -141,7 +143,7 @@ def approval_decide(
             400, "VALIDATION_ERROR", "A rejection needs a reason.", fields={"reason": ["required"]}
         )
     expired = False
-    with audited_transaction() as audit:
+    with write_transaction() as audit:
         approval = approval_get(approval_id)
         if decider.name == f"agent:{approval.requested_by}" or (
             decider.key_prefix and decider.key_prefix == approval.requested_key_prefix
@@ -222,7 +224,7 @@ def _decide(
         },
     )
     if approve and approvals < approval.approvals_required:
-        transaction.on_commit(lambda: notify.approval_changed(approval, "approved_partly"))
+        send_event_on_commit("approval_changed", approval=approval, event="approved_partly")
         return
     approval.status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
     approval.decided_at, approval.decided_by, approval.reason = now, decider.name, reason
@@ -231,22 +233,41 @@ def _decide(
         if "version" in approval.commit:
             approval.status = ApprovalStatus.COMMITTED
     approval.save(update_fields=["status", "decided_at", "decided_by", "reason", "commit"])
-    transaction.on_commit(lambda: notify.approval_changed(approval, "decided"))
+    send_event_on_commit("approval_changed", approval=approval, event="decided")
 
 
 def _apply(audit: AuditWriter, approval: Approval, decider: Decider) -> dict[str, Any]:
-    """The approved commit, against the version the request named."""
-    applied = occ_apply(
-        shard_id=approval.shard_id,
-        expected_version=approval.expected_version,
-        new_value=approval.proposed_value,
-        agent_id=approval.requested_by,
-    )
-    if not applied:
+    """The approved commit, against the version the request named, through the
+    one version writer (lease sweep, fence rule, one audit entry, metrics, push).
+    The shard's rules are read again now: an owner list or a schema changed
+    since the request refuses the commit rather than slipping past it."""
+    shard = Shard.objects.without_payload().filter(pk=approval.shard_id).first()
+    error = ""
+    result = None
+    if shard is None:
+        error = "SHARD_NOT_FOUND"
+    else:
+        actor = Actor(agent_id=approval.requested_by, key_prefix=approval.requested_key_prefix)
+        try:
+            owner_check(shard, actor.agent_id)
+            value_validate(shard.value_schema, approval.proposed_value)
+        except ApiError as refusal:
+            error = refusal.code
+        else:
+            result = version_write(
+                audit=audit,
+                shard=shard,
+                actor=actor,
+                expected_version=approval.expected_version,
+                value=approval.proposed_value,
+                details={"approval_id": approval.id, "approved_by": decider.name},
+            )
+            if result is None:
+                error = "STALE_VERSION"
+    if result is None:
         current = (
             Shard.objects.filter(pk=approval.shard_id).values_list("version", flat=True).first()
         )
-        error = "STALE_VERSION" if current is not None else "SHARD_NOT_FOUND"
         commit = {
             "error": error,
             "expected_version": approval.expected_version,
@@ -260,24 +281,7 @@ def _apply(audit: AuditWriter, approval: Approval, decider: Decider) -> dict[str
             details={"approval_id": approval.id, **commit},
         )
         return commit
-    entry = audit.append(
-        action=AuditAction.SHARD_COMMIT,
-        agent_id=approval.requested_by,
-        key_prefix=approval.requested_key_prefix,
-        shard_id=approval.shard_id,
-        version_before=approval.expected_version,
-        version_after=approval.expected_version + 1,
-        value=approval.proposed_value,
-        details={"approval_id": approval.id, "approved_by": decider.name},
-    )
-    commit = {"version": approval.expected_version + 1, "audit_entry_id": entry.pk}
-    transaction.on_commit(
-        lambda: push.shard_changed(
-            shard_id=approval.shard_id,
-            version=commit["version"],
-            committed_by=approval.requested_by,
-        )
-    )
+    commit = {"version": result.version, "audit_entry_id": result.audit_entry_id}
     audit.append(
         action=AuditAction.APPROVAL_COMMITTED,
         agent_id=decider.name,
@@ -303,7 +307,7 @@ def approval_expire(*, audit: AuditWriter, approval: Approval, by: str = "") -> 
             **({"expired_by": by} if by else {}),
         },
     )
-    transaction.on_commit(lambda: notify.approval_changed(approval, "decided"))
+    send_event_on_commit("approval_changed", approval=approval, event="decided")
 
 
 def approval_expire_due(*, now: datetime | None = None, by: str = "") -> int:
@@ -316,3 +320,14 @@ def approval_expire_due(*, now: datetime | None = None, by: str = "") -> int:
                 approval_expire(audit=audit, approval=approval, by=by)
                 expired += 1
     return expired
+
+
+def approvals_end(audit: AuditWriter, shard_id: str) -> None:
+    """A shard is being deleted (a registered delete hook): its open approvals
+    (pending, or approved and not yet applied) expire with it. Approved against
+    this shard, they must never apply to a shard re-created under its id."""
+    open_ = Approval.objects.filter(
+        shard_id=shard_id, status__in=[ApprovalStatus.PENDING, ApprovalStatus.APPROVED]
+    )
+    for approval in open_.select_for_update():
+        approval_expire(audit=audit, approval=approval, by="shard.delete")

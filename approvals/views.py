@@ -8,9 +8,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from access.auth import shard_scope_check
-from shards.views import actor_of, parsed
-from zerolock_site.openapi import CONFLICT
+from access.auth import scope_check
+from common.inputs import parsed
+from common.openapi import CONFLICT
 
 from . import services
 from .diffs import ShardNow, at_request, shard_now
@@ -33,7 +33,7 @@ def current_of(approval: Approval) -> ShardNow | None:
 
 def visible_approval(request: Request, approval_id: str) -> Approval:
     approval = services.approval_get(approval_id)
-    shard_scope_check(request.user, approval.shard_id)
+    scope_check(request.user.key, [approval.shard_id])
     return approval
 
 
@@ -43,8 +43,8 @@ class ApprovalRequestView(APIView):
     @extend_schema(request=ApprovalRequestSerializer, responses={201: ApprovalSerializer})
     def post(self, request: Request) -> Response:
         data = parsed(ApprovalRequestSerializer, request.data)
-        shard_scope_check(request.user, data["shard_id"])
-        approval = services.approval_request(actor=actor_of(request), **data)
+        scope_check(request.user.key, [data["shard_id"]])
+        approval = services.approval_request(actor=request.user.actor, **data)
         # The shard as the request saw it: the answer is built from what was
         # stored and computes nothing that could fail after the store.
         return Response(approval_data(approval, at_request(approval)), status=201)
@@ -97,7 +97,7 @@ class ApprovalDecideView(APIView):
         visible_approval(request, approval_id)
         approval = services.approval_decide(
             approval_id=approval_id,
-            decider=services.Decider.agent(actor_of(request)),
+            decider=services.Decider.agent(request.user.actor),
             approve=self.approve,
             reason=data["reason"],
         )

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from audit.models import AuditEntry, AuditHead
+from common.db import sqlite_writer_queue
 
 GENESIS_HASH = "0" * 64
 _NO_VALUE = object()
@@ -47,6 +47,12 @@ def entry_digest(entry: AuditEntry) -> str:
 @dataclass
 class AuditWriter:
     head: AuditHead
+    # Set by shards' write_transaction: its write sweeps have run (every version
+    # write checks this), and when the transaction began (commit latency).
+    swept: bool = False
+    started: float = 0.0
+    sweep_counts: dict[str, int] = field(default_factory=dict)
+    written: list[str] = field(default_factory=list)  # shard ids given a new version
 
     def append(
         self,
@@ -79,21 +85,6 @@ class AuditWriter:
         self.head.last_hash = entry.entry_hash
         AuditHead.objects.filter(pk=self.head.pk).update(last_hash=entry.entry_hash)
         return entry
-
-
-_writer = threading.Lock()
-
-
-@contextmanager
-def sqlite_writer_queue() -> Iterator[None]:
-    """SQLite has one writer; a writer that finds it busy sleeps in SQLite's busy
-    handler (up to 100 ms a nap). Threads of one process queue here instead:
-    measured, 80 appenders spent half their server time in those naps."""
-    if connection.vendor != "sqlite":
-        yield
-        return
-    with _writer:
-        yield
 
 
 @contextmanager

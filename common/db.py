@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import connection
+
 _keepers: dict[str, object] = {}
 
 
@@ -18,3 +24,18 @@ def keep_wal_open(sender: object, connection: object, **kwargs: object) -> None:
     name = str(connection.settings_dict["NAME"])
     if name not in _keepers and "mode=memory" not in name and name != ":memory:":
         _keepers[name] = sqlite3.connect(name, check_same_thread=False)
+
+
+_writer = threading.Lock()
+
+
+@contextmanager
+def sqlite_writer_queue() -> Iterator[None]:
+    """SQLite has one writer; a writer that finds it busy sleeps in SQLite's busy
+    handler (up to 100 ms a nap). Threads of one process queue here instead:
+    measured, 80 appenders spent half their server time in those naps."""
+    if connection.vendor != "sqlite":
+        yield
+        return
+    with _writer:
+        yield

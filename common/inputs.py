@@ -162,3 +162,16 @@ def revision_param(raw: str, name: str) -> int:
             f"{name} must be a revision (a non-negative 64-bit integer).",
         )
     return int(raw)
+
+
+def parsed(serializer_class: type, data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ApiError(400, "VALIDATION_ERROR", "Expected a JSON object.")
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def iso_time(value: Any) -> str | None:
+    """A datetime as the API shows it: ISO 8601, UTC as "Z"."""
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.http import HttpResponse
+from rest_framework.request import Request
 
 Row = TypeVar("Row")
 
@@ -62,3 +63,18 @@ def page_collect(rows: Iterable[Row], render: Callable[[Row], Any], *, limit: in
 
 def json_response(body: bytes, status: int = 200) -> HttpResponse:
     return HttpResponse(body, status=status, content_type="application/json")
+
+
+def next_url(request: Request, param: str, value: Any) -> str:
+    params = request.query_params.copy()
+    params[param] = str(value)
+    return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+
+
+def list_response(request: Request, page: Page, param: str, value: Any) -> HttpResponse:
+    """A bare JSON list (the contract's shape); a cut-short list says where it
+    goes on in a ``Link: <url>; rel="next"`` header."""
+    response = json_response(page.json_list())
+    if page.more:
+        response["Link"] = f'<{next_url(request, param, value)}>; rel="next"'
+    return response

@@ -18,7 +18,7 @@ from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
-from audit.chain import sqlite_writer_queue
+from common.db import sqlite_writer_queue
 from common.errors import envelope
 from coordination.models import IdempotencyRecord
 

@@ -15,15 +15,17 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
-from audit.chain import AuditWriter, audited_transaction
+from access.auth import Actor
+from audit.chain import AuditWriter
 from audit.models import AuditAction
 from common.errors import ApiError
-from coordination.models import Lease, LeaseBinding
-from realtime import push
+from common.jsonpaths import path_delete
 from shards.models import Shard, ShardType
+from shards.writer import version_write, write_transaction
+
+from .models import Lease, LeaseBinding
 
 MIN_TTL, MAX_TTL = 1, 24 * 3600
 
@@ -55,8 +57,7 @@ def _ttl(ttl_seconds: Any) -> int:
 
 def lease_grant(*, holder: str, key_prefix: str, ttl_seconds: Any) -> Lease:
     ttl = _ttl(ttl_seconds)
-    with audited_transaction() as audit:
-        leases_expire_due(audit=audit)
+    with write_transaction() as audit:  # expired leases end first
         now = timezone.now()
         lease = Lease(
             holder=holder,
@@ -98,8 +99,7 @@ def lease_owner_check(lease: Lease, *, holder: str, key_prefix: str) -> None:
 
 
 def lease_keepalive(*, lease_id: str, holder: str, key_prefix: str) -> Lease:
-    with audited_transaction() as audit:
-        leases_expire_due(audit=audit)
+    with write_transaction():  # expired leases end first
         lease = _held(lease_id, holder, key_prefix)
         lease.expires_at = timezone.now() + timedelta(seconds=lease.ttl_seconds)
         lease.save(update_fields=["expires_at"])
@@ -107,30 +107,39 @@ def lease_keepalive(*, lease_id: str, holder: str, key_prefix: str) -> Lease:
 
 
 def lease_revoke(*, lease_id: str, holder: str, key_prefix: str) -> None:
-    with audited_transaction() as audit:
-        leases_expire_due(audit=audit)
+    with write_transaction() as audit:  # expired leases end first
         lease = _held(lease_id, holder, key_prefix)
         _end(audit, lease, "revoked")
 
 
-def leases_expire_due(*, audit: AuditWriter | None = None) -> int:
-    """The one place leases end by time: inside the caller's write transaction, or
-    its own (Celery beat calls it that way)."""
-    if audit is None:
-        if not Lease.objects.due().exists():
-            return 0
-        with audited_transaction() as own:
-            return leases_expire_due(audit=own)
+def leases_expire_due(audit: AuditWriter) -> int:
+    """The one place leases end by time. Registered as a write sweep: it runs at
+    the start of every write transaction, so no write is based on what an
+    expired lease held."""
     due = list(Lease.objects.due())
     for lease in due:
         _end(audit, lease, "expired")
     return len(due)
 
 
+def leases_due() -> bool:
+    """Lock-free: is any lease past its time? (Reads check this first.)"""
+    return Lease.objects.due().exists()
+
+
+def leases_expire_now() -> int:
+    """Ends every lease past its time, in a write transaction of its own (beat)."""
+    if not leases_due():
+        return 0
+    with write_transaction() as audit:
+        return audit.sweep_counts.get(LEASE_SWEEP, 0)
+
+
+LEASE_SWEEP = "leases"
+
+
 def _end(audit: AuditWriter, lease: Lease, why: str) -> None:
     """Ends a lease and removes what it held, one new version per shard touched."""
-    from coordination.txn import path_delete
-
     lease.revoked = True
     lease.save(update_fields=["revoked"])
     audit.append(
@@ -156,23 +165,15 @@ def _end(audit: AuditWriter, lease: Lease, why: str) -> None:
         removed = [p for p in paths if path_delete(value, tuple(p))]
         if not removed:
             continue
-        version = shard.version + 1
-        Shard.objects.filter(pk=shard_id).update(
-            value=value, version=version, updated_by=f"lease:{lease.id}", updated_at=timezone.now()
-        )
-        audit.append(
-            action=AuditAction.LEASE_RELEASED_PATH,
-            agent_id=lease.holder,
-            shard_id=shard_id,
-            version_before=shard.version,
-            version_after=version,
+        version_write(
+            audit=audit,
+            shard=shard,
+            actor=Actor(agent_id=lease.holder),
+            expected_version=shard.version,
             value=value,
+            action=AuditAction.LEASE_RELEASED_PATH,
             details={"lease_id": lease.id, "paths": removed, "why": why},
-        )
-        transaction.on_commit(
-            lambda shard_id=shard_id, version=version: push.shard_changed(
-                shard_id=shard_id, version=version, committed_by=f"lease:{lease.id}"
-            )
+            committed_by=f"lease:{lease.id}",
         )
 
 
@@ -190,27 +191,8 @@ def lease_bind(
     )
 
 
-def lease_bindings_drop(*, shard_id: str) -> int:
-    """A shard is being deleted: the leases bound to it let go of it, writing
-    nothing (the lease itself lives on for whatever else it holds)."""
-    dropped, _ = LeaseBinding.objects.filter(shard_id=shard_id).delete()
-    return dropped
-
-
-def fence_check(*, shard_ids: set[str], fence: int | None) -> None:
-    """The fencing rule: a write carrying an older fence than the newest one the
-    shard has seen is refused; a newer one becomes the shard's fence."""
-    if fence is None:
-        return
-    for shard_id in sorted(shard_ids):
-        seen = Shard.objects.filter(pk=shard_id).values_list("fence", flat=True).first()
-        if seen is not None and fence < seen:
-            raise ApiError(
-                409,
-                "FENCED",
-                f"Fence {fence} is older than {seen}, the newest holder's on {shard_id!r}.",
-                shard_id=shard_id,
-                fence=fence,
-                current_fence=seen,
-            )
-    Shard.objects.filter(pk__in=shard_ids, fence__lt=fence).update(fence=fence)
+def lease_bindings_drop(audit: AuditWriter, shard_id: str) -> None:
+    """A shard is being deleted (a registered delete hook): the leases bound to
+    it let go of it, writing nothing (the lease itself lives on for whatever
+    else it holds)."""
+    LeaseBinding.objects.filter(shard_id=shard_id).delete()

@@ -4,12 +4,12 @@ the start of every write), they only keep the tables small and prompt."""
 from celery import shared_task
 
 from .idempotency import idempotency_prune
-from .leases import leases_expire_due
+from .leases import leases_expire_now
 
 
 @shared_task
 def expire_leases() -> int:
-    return leases_expire_due()
+    return leases_expire_now()
 
 
 @shared_task

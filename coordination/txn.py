@@ -10,25 +10,24 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
-from django.utils import timezone
-
-from access.auth import permission_check
-from audit.chain import audited_transaction
-from audit.models import AuditAction
+from access.auth import Actor, permission_check, scope_check
+from audit.chain import AuditWriter
 from common.errors import ApiError
-from coordination.leases import fence_check, lease_bind, leases_expire_due
+from common.jsonpaths import ABSENT as _ABSENT
+from common.jsonpaths import path_delete, path_get, path_put
 from metrics import record
-from realtime import push
 from shards import crdt
 from shards.models import SHARD_ID_REGEX, CrdtType, Shard, ShardType
-from shards.services import Actor, additive_apply_locked, gate_check, owner_check, value_validate
+from shards.selectors import ShardNotFound, shard_current_value
+from shards.services import additive_apply_locked, gate_check, owner_check, value_validate
+from shards.writer import version_write, write_transaction
+
+from .leases import lease_bind
 
 MAX_ITEMS = 100  # compares, and operations per branch
 COMPARE_OPS = {"==", "!=", "<", ">", "exists", "not_exists"}
 WRITE_OPS = {"put", "delete", "append"}
 _SHARD_ID = re.compile(SHARD_ID_REGEX)
-_ABSENT = object()
 
 
 def invalid(message: str, **details: Any) -> ApiError:
@@ -160,53 +159,6 @@ def _parse_op(raw: Any, where: str) -> Op:
     raise invalid(f"{where}: op must be get, put, delete or append.", at=where)
 
 
-# --- paths inside a JSON value ----------------------------------------------------
-
-
-def path_get(value: Any, path: tuple[Any, ...]) -> Any:
-    for part in path:
-        if isinstance(value, dict) and isinstance(part, str):
-            value = value.get(part, _ABSENT)
-        elif isinstance(value, list) and isinstance(part, int) and -len(value) <= part < len(value):
-            value = value[part]
-        else:
-            return _ABSENT
-        if value is _ABSENT:
-            return _ABSENT
-    return value
-
-
-def path_put(value: Any, path: tuple[Any, ...], new: Any, where: str) -> Any:
-    """``value`` with ``new`` at ``path``, creating intermediate objects."""
-    if not path:
-        return copy.deepcopy(new)
-    head, rest = path[0], path[1:]
-    if isinstance(value, list) and isinstance(head, int) and -len(value) <= head < len(value):
-        value[head] = path_put(value[head], rest, new, where)
-        return value
-    if value is None or value is _ABSENT:
-        value = {}
-    if not isinstance(value, dict) or not isinstance(head, str):
-        raise ApiError(
-            400, "PATH_CONFLICT", f"{where}: the path goes through a non-object.", at=where
-        )
-    value[head] = path_put(value.get(head, _ABSENT), rest, new, where)
-    return value
-
-
-def path_delete(value: Any, path: tuple[Any, ...]) -> bool:
-    """Removes what is at ``path``; False when nothing was there."""
-    parent = path_get(value, path[:-1])
-    last = path[-1]
-    if isinstance(parent, dict) and isinstance(last, str) and last in parent:
-        del parent[last]
-        return True
-    if isinstance(parent, list) and isinstance(last, int) and -len(parent) <= last < len(parent):
-        del parent[last]
-        return True
-    return False
-
-
 def compare_holds(compare: Compare, shard: Shard | None, value: Any) -> bool:
     if compare.op == "version":
         return (shard.version if shard else 0) == compare.version
@@ -243,33 +195,26 @@ def txn_apply(*, actor: Actor, key: Any, body: Any) -> dict[str, Any]:
     """Parses and applies one transaction; all of it or nothing."""
     txn = txn_parse(body)
     _permissions_check(key, txn)
-    leases_expire_due()  # what expired leases held is gone before the compares
-    with audited_transaction() as audit:
+    # The write transaction's sweeps end expired leases before the compares read.
+    with write_transaction() as audit:
         shards = {s.id: s for s in Shard.objects.filter(pk__in=txn.shard_ids)}
-        values = {sid: _value_of(s) for sid, s in shards.items()}
+        values = {sid: shard_current_value(s) for sid, s in shards.items()}
         succeeded = all(
             compare_holds(c, shards.get(c.shard_id), values.get(c.shard_id)) for c in txn.compare
         )
         ops = txn.success if succeeded else txn.failure
-        fence_check(shard_ids=txn.written(ops), fence=txn.fence)
         working: dict[str, _Working] = {}
         responses = []
         for index, op in enumerate(ops):
             where = f"{'success' if succeeded else 'failure'}[{index}]"
             shard = shards.get(op.shard_id)
             if shard is None:
-                raise ApiError(
-                    404,
-                    "SHARD_NOT_FOUND",
-                    f"{where}: no shard {op.shard_id!r}.",
-                    shard_id=op.shard_id,
-                    at=where,
-                )
+                raise ShardNotFound(op.shard_id, where=where)
             item = working.setdefault(
                 op.shard_id, _Working(shard, copy.deepcopy(values[op.shard_id]), shard.version)
             )
             responses.append(_run_op(op, item, where, actor))
-        versions, revision = _write(audit, actor, working)
+        versions, revision = _write(audit, actor, working, txn.fence)
     if succeeded and txn.compare and versions:
         record.recorder.count(record.CLAIMS)
     return {
@@ -280,12 +225,6 @@ def txn_apply(*, actor: Actor, key: Any, body: Any) -> dict[str, Any]:
     }
 
 
-def _value_of(shard: Shard) -> Any:
-    from shards.services import shard_current_value
-
-    return shard_current_value(shard)
-
-
 def _permissions_check(key: Any, txn: Txn) -> None:
     writes = txn.written(txn.success) | txn.written(txn.failure)
     needed = {"shard:read"} if txn.shard_ids - writes or txn.compare else set()
@@ -293,11 +232,7 @@ def _permissions_check(key: Any, txn: Txn) -> None:
         needed.add("shard:write")
     for permission in sorted(needed):
         permission_check(key, permission)
-    outside = sorted(s for s in txn.shard_ids if not key.allows_shard(s))
-    if outside:
-        raise ApiError(
-            403, "PERMISSION_DENIED", "This key may not touch these shards.", shard_ids=outside
-        )
+    scope_check(key, txn.shard_ids)
 
 
 def _run_op(op: Op, item: _Working, where: str, actor: Actor) -> dict[str, Any]:
@@ -347,9 +282,9 @@ def _run_op(op: Op, item: _Working, where: str, actor: Actor) -> dict[str, Any]:
 
 
 def _write(
-    audit: Any, actor: Actor, working: dict[str, _Working]
+    audit: AuditWriter, actor: Actor, working: dict[str, _Working], fence: int | None
 ) -> tuple[dict[str, int], int | None]:
-    """One new version per written shard, each audited."""
+    """One new version per written shard, each through the one version writer."""
     versions: dict[str, int] = {}
     revision = None
     for shard_id in sorted(working):
@@ -358,34 +293,28 @@ def _write(
             continue
         if item.appends:
             op = crdt.parse_op(CrdtType.ARRAY, {"append": item.appends})
-            result = additive_apply_locked(
+            appended = additive_apply_locked(
                 audit=audit,
                 actor=actor,
                 shard=item.shard,
                 change=lambda doc, value, op=op: crdt.apply_op(CrdtType.ARRAY, doc, value, op),
                 op_json=op.as_json(),
+                fence=fence,
             )
-            versions[shard_id], revision = result.version, result.audit_entry_id
+            assert appended is not None  # a parsed append always changes the Doc
+            versions[shard_id], revision = appended.version, appended.audit_entry_id
             continue
         value_validate(item.shard.value_schema, item.value)
-        version = item.before + 1
-        Shard.objects.filter(pk=shard_id).update(
-            value=item.value, version=version, updated_by=actor.agent_id, updated_at=timezone.now()
-        )
-        entry = audit.append(
-            action=AuditAction.SHARD_COMMIT,
-            agent_id=actor.agent_id,
-            key_prefix=actor.key_prefix,
-            shard_id=shard_id,
-            version_before=item.before,
-            version_after=version,
+        result = version_write(
+            audit=audit,
+            shard=item.shard,
+            actor=actor,
+            expected_version=item.before,
             value=item.value,
+            fence=fence,
             details={"txn": True},
         )
-        versions[shard_id], revision = version, entry.pk
-        transaction.on_commit(
-            lambda shard_id=shard_id, version=version: push.shard_changed(
-                shard_id=shard_id, version=version, committed_by=actor.agent_id
-            )
-        )
+        if result is None:  # read under this same lock: only a deletion can do this
+            raise ShardNotFound(shard_id)
+        versions[shard_id], revision = result.version, result.audit_entry_id
     return versions, revision

@@ -11,13 +11,13 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from access.auth import can_watch
 from approvals.diffview import line_diff, pretty
 from approvals.models import Approval, ApprovalStatus
 from audit.models import AuditEntry
 from metrics import record
-from realtime.consumers import can_watch
 from shards.models import Shard, ShardType
-from shards.services import shard_current_value
+from shards.selectors import shard_current_value
 
 LIST_LIMIT = 500
 HISTORY_LIMIT = 200

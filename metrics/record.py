@@ -23,8 +23,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -33,8 +31,7 @@ from django.db import close_old_connections, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from audit.chain import sqlite_writer_queue
-from common.errors import ApiError
+from common.db import sqlite_writer_queue
 from metrics.models import CommitSample, MetricCounter, SocketGauge
 
 logger = logging.getLogger(__name__)
@@ -157,27 +154,6 @@ def _in_event_loop() -> bool:
 
 recorder = _Recorder()
 atexit.register(lambda: recorder.flush_now() if recorder._pid == os.getpid() else None)
-
-
-@contextmanager
-def commit_observed(shard_id: str) -> Iterator[None]:
-    """Times a commit request and records how it ended (ok, or a 409 conflict)."""
-    started = time.perf_counter()
-    try:
-        yield
-    except ApiError as error:
-        if error.status == 409:
-            recorder.commit(
-                shard_id=shard_id,
-                latency_ms=(time.perf_counter() - started) * 1000,
-                outcome=CommitSample.CONFLICT,
-            )
-        raise
-    recorder.commit(
-        shard_id=shard_id,
-        latency_ms=(time.perf_counter() - started) * 1000,
-        outcome=CommitSample.OK,
-    )
 
 
 # --- reading -----------------------------------------------------------------------

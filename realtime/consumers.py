@@ -12,8 +12,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from access.auth import AGENT_ID_RE, permission_check, split_raw_key
+from access.auth import agent_check, can_watch, permission_check, scope_check
 from access.handshakes import handshake_blocked, handshake_key
+from access.keys import split_raw_key
 from common.errors import ApiError
 from coordination.watch import change_stream, latest_revision, watch_check
 from metrics import record
@@ -73,8 +74,10 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 await self.close()  # before accept: the handshake is refused (HTTP 403)
             return
         agent_id = agent_id_of(self.scope)
-        if agent_id and not (AGENT_ID_RE.match(agent_id) and key.allows_agent(agent_id)):
-            await self.close()
+        try:
+            agent_check(key, agent_id)
+        except ApiError:
+            await self.close()  # before accept: the handshake is refused (HTTP 403)
             return
         self.key = key
         ensure_sweeping()
@@ -250,24 +253,8 @@ def subscription_ids(content: dict[str, Any], key: Any) -> list[str]:
         )
     if key is not None:
         permission_check(key, "shard:read")
-        outside = [s for s in shard_ids if not key.allows_shard(s)]
-        if outside:
-            raise ApiError(
-                403,
-                "PERMISSION_DENIED",
-                "This key may not watch these shards.",
-                shard_ids=outside,
-            )
+        scope_check(key, shard_ids)
     return shard_ids
-
-
-def can_watch(user: Any) -> bool:
-    """Who may watch the live pages: staff, or anyone allowed to see approvals."""
-    return bool(
-        user.is_authenticated
-        and user.is_active
-        and (user.is_staff or user.has_perm("approvals.view_approval"))
-    )
 
 
 LIVE_COALESCE_SECONDS = 0.25

@@ -21,6 +21,7 @@ from typing import Any
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
+from common.events import event_sink
 from common.jsondiff import json_diff
 from metrics import record
 
@@ -179,3 +180,41 @@ def conflict_notify(
             "diff": json_diff(winning, rejected),
         },
     )
+
+
+def approval_changed(*, approval: Any, event: str) -> None:
+    """``event``: "requested", "approved_partly" (quorum not reached yet) or
+    "decided": ``approval_decided`` to the requesting agent's sockets (the key
+    and agent that asked), and every change to the console's /ws/live/ pages."""
+    if event == "decided":
+        agent_send(
+            approval.requested_key_prefix,
+            approval.requested_by,
+            {
+                "type": "approval_decided",
+                "approval_id": approval.id,
+                "shard_id": approval.shard_id,
+                "status": approval.status,
+                "commit": approval.commit,
+                "reason": approval.reason,
+                "decided_by": approval.decided_by,
+            },
+        )
+    live_send(
+        {
+            "type": "approval",
+            "event": event,
+            "approval_id": approval.id,
+            "shard_id": approval.shard_id,
+            "status": approval.status,
+        }
+    )
+
+
+def sinks_register() -> None:
+    """What the domain's events become here (``common.events``)."""
+    event_sink("shard_changed", shard_changed)
+    event_sink("shard_deleted", shard_deleted)
+    event_sink("crdt_update", crdt_update_push)
+    event_sink("conflict", conflict_notify)
+    event_sink("approval_changed", approval_changed)

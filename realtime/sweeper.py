@@ -4,7 +4,8 @@ The Celery beat task marks overdue approvals expired, but on the embedded
 defaults (in-memory channel layer) the worker is another process and its pushes
 reach no socket. So each server process with open sockets also sweeps once a
 second: the ``approval_decided`` push then leaves from the process that holds
-the sockets. Both call the same service; marking is idempotent. The sweep stops
+the sockets. What it runs is whatever the apps registered as timed sweeps
+(``shards.hooks.tick_sweeps``: approval expiry); marking is idempotent. The sweep stops
 when the process's last socket closes (it used to run for the life of any
 process that ever had one)."""
 
@@ -15,7 +16,7 @@ import logging
 
 from channels.db import database_sync_to_async
 
-from approvals.services import approval_expire_due
+from shards.hooks import tick_sweeps_run
 
 logger = logging.getLogger(__name__)
 SWEEP_SECONDS = 1.0
@@ -39,10 +40,10 @@ def sweeping_release() -> None:
 
 
 async def _sweep() -> None:
-    sweep = database_sync_to_async(approval_expire_due)
+    sweep = database_sync_to_async(tick_sweeps_run)
     while _sockets > 0:
         await asyncio.sleep(SWEEP_SECONDS)
         try:
-            await sweep(by="server")
+            await sweep()
         except Exception:  # a failed sweep must not end the loop
-            logger.exception("approval expiry sweep failed")
+            logger.exception("expiry sweep failed")

@@ -35,7 +35,7 @@ from pycrdt import (
 )
 from pycrdt.websocket.django_channels_consumer import YjsConsumer, _WebsocketShim
 
-from access.auth import AGENT_ID_RE, permission_check
+from access.auth import Actor, agent_check, agent_required, permission_check, scope_check
 from access.handshakes import handshake_key
 from access.models import ApiKey
 from common.errors import ApiError
@@ -44,7 +44,8 @@ from realtime.consumers import agent_id_of, raw_key_of
 from realtime.keywatch import key_watch
 from shards import crdt, crdt_store
 from shards.models import Shard, ShardType
-from shards.services import Actor, additive_update_apply
+from shards.selectors import ShardNotFound, shard_get
+from shards.services import additive_update_apply
 
 CLOSE_CODES = {400: 4400, 401: 4401, 403: 4403, 404: 4404, 429: 4429}
 
@@ -54,12 +55,8 @@ def yjs_open(
 ) -> tuple[Any, Shard, Doc]:
     """Who is connecting and to what, or ApiError; plus the Doc as stored now."""
     key = handshake_key(scope=scope, raw_key=raw_key)
-    if agent_id and not AGENT_ID_RE.match(agent_id):
-        raise ApiError(400, "VALIDATION_ERROR", "agent_id: 1-128 chars of [A-Za-z0-9_.:@-].")
     yjs_access_check(key, agent_id, shard_id)
-    shard = Shard.objects.without_payload().filter(pk=shard_id).first()
-    if shard is None:
-        raise ApiError(404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id)
+    shard = shard_get(shard_id, payload=False)
     if shard.type != ShardType.ADDITIVE:
         raise ApiError(
             400,
@@ -73,11 +70,9 @@ def yjs_open(
 
 def yjs_access_check(key: ApiKey, agent_id: str, shard_id: str) -> None:
     """What a /ws/crdt/ socket needs to stay open: the agent, read, the scope."""
-    if agent_id and not key.allows_agent(agent_id):
-        raise ApiError(403, "AGENT_NOT_ALLOWED", f"This key may not act as agent {agent_id!r}.")
+    agent_check(key, agent_id)
     permission_check(key, "shard:read")
-    if not key.allows_shard(shard_id):
-        raise ApiError(403, "PERMISSION_DENIED", f"This key may not touch shard {shard_id!r}.")
+    scope_check(key, [shard_id])
 
 
 def yjs_write_check(key_prefix: str, agent_id: str, shard_id: str) -> ApiKey:
@@ -87,10 +82,7 @@ def yjs_write_check(key_prefix: str, agent_id: str, shard_id: str) -> ApiKey:
         raise ApiError(401, "KEY_REVOKED", "This API key has been revoked or has expired.")
     yjs_access_check(key, agent_id, shard_id)
     permission_check(key, "shard:write")
-    if not agent_id:
-        raise ApiError(
-            400, "AGENT_ID_REQUIRED", "Writes need X-Agent-Id (or ?agent_id=) on connect."
-        )
+    agent_required(agent_id)
     return key
 
 
@@ -101,7 +93,7 @@ def stored_doc(shard: Shard) -> Doc:
     except Shard.DoesNotExist:
         loaded = None
     if loaded is None or loaded.incarnation != shard.incarnation:
-        raise ApiError(404, "SHARD_NOT_FOUND", f"No shard {shard.pk!r}.", shard_id=shard.pk)
+        raise ShardNotFound(shard.pk)
     return loaded.doc
 
 

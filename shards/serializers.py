@@ -7,7 +7,7 @@ from typing import Any
 from rest_framework import serializers
 
 from audit.models import AuditEntry
-from common.inputs import Int64Field
+from common.inputs import Int64Field, iso_time
 from shards.models import SHARD_ID_REGEX, CrdtType, OwnerPolicy, Shard, ShardType
 
 _ID_HELP = '1-128 chars of [A-Za-z0-9_.:-], not "." or ".."'
@@ -88,37 +88,9 @@ class HistoryEntrySerializer(serializers.ModelSerializer):
         fields = ["version", "value", "agent_id", "created_at", "action", "audit_entry_id"]
 
 
-class AuditEntrySerializer(serializers.ModelSerializer):
-    class Meta:
-        model = AuditEntry
-        fields = [
-            "id",
-            "created_at",
-            "action",
-            "agent_id",
-            "key_prefix",
-            "shard_id",
-            "version_before",
-            "version_after",
-            "value_hash",
-            "details",
-            "prev_hash",
-            "entry_hash",
-        ]
-
-
 class ShardPageSerializer(serializers.Serializer):
     results = ShardSerializer(many=True)
     next = serializers.CharField(allow_null=True)
-
-
-class AuditQuerySerializer(serializers.Serializer):
-    shard_id = serializers.CharField(required=False)
-    agent_id = serializers.CharField(required=False)
-    action = serializers.CharField(required=False)
-    since = serializers.DateTimeField(required=False)
-    after = Int64Field(required=False, min_value=0, default=0)
-    limit = Int64Field(required=False, min_value=1, max_value=1000, default=100)
 
 
 class HistoryQuerySerializer(serializers.Serializer):
@@ -138,10 +110,6 @@ class ShardListQuerySerializer(serializers.Serializer):
 # read (measured); a test keeps both in step.
 
 
-def _time(value: Any) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None
-
-
 def shard_data(shard: Shard) -> dict[str, Any]:
     return {
         "id": shard.id,
@@ -156,8 +124,8 @@ def shard_data(shard: Shard) -> dict[str, Any]:
         "version": shard.version,
         "created_by": shard.created_by,
         "updated_by": shard.updated_by,
-        "created_at": _time(shard.created_at),
-        "updated_at": _time(shard.updated_at),
+        "created_at": iso_time(shard.created_at),
+        "updated_at": iso_time(shard.updated_at),
     }
 
 
@@ -166,24 +134,7 @@ def history_data(entry: AuditEntry) -> dict[str, Any]:
         "version": entry.version_after,
         "value": entry.value,
         "agent_id": entry.agent_id,
-        "created_at": _time(entry.created_at),
+        "created_at": iso_time(entry.created_at),
         "action": entry.action,
         "audit_entry_id": entry.pk,
-    }
-
-
-def audit_data(entry: AuditEntry) -> dict[str, Any]:
-    return {
-        "id": entry.pk,
-        "created_at": _time(entry.created_at),
-        "action": entry.action,
-        "agent_id": entry.agent_id,
-        "key_prefix": entry.key_prefix,
-        "shard_id": entry.shard_id,
-        "version_before": entry.version_before,
-        "version_after": entry.version_after,
-        "value_hash": entry.value_hash,
-        "details": entry.details,
-        "prev_hash": entry.prev_hash,
-        "entry_hash": entry.entry_hash,
     }

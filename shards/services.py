@@ -1,50 +1,51 @@
-"""Writes. Each domain rule lives in one function here: the OCC check
-(``occ_apply``), the irreversibility gate (``gate_check``), read-set validation
-(``read_set_stale_entries``); schema validation (``schema_check``,
-``value_validate``) lives in ``value_schema`` and is re-exported here."""
+"""Writes to shards: create, commit (decision shards, OCC), merge (additive
+shards, CRDT), delete. Each rule is one function here: the owner rule
+(``owner_check``), the irreversibility gate (``gate_check``), read-set
+validation (``read_set_stale_entries``), the CRDT merge
+(``additive_apply_locked``); schema validation lives in ``value_schema``, and
+the version write itself in ``writer``."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
-from approvals.gate import approval_consume, approval_verify
+from access.auth import Actor
 from audit.chain import AuditWriter, audited_transaction
 from audit.models import AuditAction
 from audit.rejections import rejection_entry, rejections
 from common.errors import ApiError
-from coordination.leases import fence_check, lease_bindings_drop, leases_expire_due
-from coordination.models import Lease
-from realtime import push
-from shards import crdt, crdt_store
-from shards.models import CrdtUpdate, Delivery, OwnerPolicy, Shard, ShardType
+from common.events import send_event_on_commit
 
+from . import crdt, crdt_store
 from .deliveries import recorder
+from .hooks import hooks
+from .models import CrdtUpdate, Delivery, OwnerPolicy, Shard, ShardType
+from .selectors import ShardNotFound, shard_current_value, shard_get
 from .value_schema import schema_check, value_validate
+from .writer import CommitResult, conflict_record, version_write, write_transaction
 
-
-@dataclass(frozen=True)
-class Actor:
-    agent_id: str
-    key_prefix: str = ""
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    version: int
-    value: Any
-    audit_entry_id: int
-
-    def as_dict(self) -> dict[str, Any]:
-        # Not dataclasses.asdict: it deep-copies the value, which can be large.
-        return {"version": self.version, "value": self.value, "audit_entry_id": self.audit_entry_id}
+__all__ = [
+    "Actor",
+    "CommitResult",
+    "additive_commit",
+    "additive_update_apply",
+    "gate_check",
+    "owner_check",
+    "shard_commit",
+    "shard_create",
+    "shard_current_value",
+    "shard_delete",
+    "shard_get",
+    "shard_read",
+    "value_validate",
+]
 
 
 # --- rules -----------------------------------------------------------------
@@ -60,7 +61,8 @@ def gate_check(
 ) -> None:
     """Irreversible shards take a commit only with a matching, approved, unused
     approval (checked here before anything is attempted; the single use again in
-    the commit's transaction). A refused write is not held anywhere."""
+    the commit's transaction). With no gate registered, an irreversible shard
+    takes no commit at all (fail closed)."""
     if approval_id:
         if expected_version is None:
             raise ApiError(
@@ -69,7 +71,14 @@ def gate_check(
                 "Approvals apply to decision shards only.",
                 reason="NOT_APPLICABLE",
             )
-        approval_verify(
+        if hooks.gate is None:
+            raise ApiError(
+                403,
+                "APPROVAL_INVALID",
+                "No approval gate is installed on this server.",
+                reason="NO_GATE",
+            )
+        hooks.gate.verify(
             approval_id=approval_id,
             shard_id=shard.id,
             agent_id=agent_id,
@@ -105,48 +114,24 @@ def read_set_stale_entries(read_set: dict[str, int]) -> list[dict[str, Any]]:
     ]
 
 
-def occ_apply(
-    *,
-    shard_id: str,
-    expected_version: int,
-    new_value: Any,
-    agent_id: str,
-    incarnation: Any = None,
-) -> bool:
-    """The OCC check: one conditional UPDATE. Zero rows touched means someone else's
-    commit already took ``expected_version`` (or, with ``incarnation``, the shard
-    whose rules were checked has been deleted: a re-created one is another shard)."""
-    rows = Shard.objects.filter(pk=shard_id, version=expected_version)
-    if incarnation is not None:
-        rows = rows.filter(incarnation=incarnation)
-    touched = rows.update(
-        value=new_value,
-        version=F("version") + 1,
-        updated_by=agent_id,
-        updated_at=timezone.now(),
-    )
-    return touched == 1
-
-
 # --- shards ------------------------------------------------------------------
-
-
-def shard_get(shard_id: str, *, payload: bool = True) -> Shard:
-    shards = Shard.objects.all() if payload else Shard.objects.without_payload()
-    shard = shards.filter(pk=shard_id).first()
-    if shard is None:
-        raise ApiError(404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id)
-    return shard
 
 
 def shard_read(*, shard_id: str, reader: str) -> Shard:
     """Reads a shard and records the delivery (who saw which version)."""
-    if Lease.objects.due().exists():  # a read never shows what an expired lease held
-        leases_expire_due()
+    if any_write_sweep_due():  # a read never shows what an expired lease held
+        with write_transaction():
+            pass
     shard = shard_get(shard_id)
     shard.value = shard_current_value(shard)
     recorder.record(agent_id=reader, shard_id=shard.id, version=shard.version)
     return shard
+
+
+def any_write_sweep_due() -> bool:
+    """Cheap, lock-free: would a write sweep find anything to do now?"""
+    due = hooks.write_sweeps_due
+    return any(check() for check in list(due.values()))
 
 
 def shard_create(
@@ -222,6 +207,7 @@ def shard_commit(
     """Commit to a decision shard: exactly one commit wins per version.
     ``shard`` supplies the rules (``shard_get(..., payload=False)``); the version
     check itself is against the database."""
+    started = time.perf_counter()
     shard_id = shard.id
     try:
         owner_check(shard, actor.agent_id)
@@ -236,13 +222,37 @@ def shard_commit(
         _audit_rejection(actor, shard_id, expected_version, refusal)
         raise
     value_validate(shard.value_schema, new_value)
-    _stale_precheck(actor, shard_id, expected_version, new_value)
+    try:
+        _stale_precheck(actor, shard_id, expected_version, new_value)
+        return _commit_locked(
+            actor=actor,
+            shard=shard,
+            expected_version=expected_version,
+            new_value=new_value,
+            read_set=read_set,
+            approval_id=approval_id,
+            fence=fence,
+        )
+    except ApiError as refusal:
+        if refusal.status == 409:
+            conflict_record(shard_id=shard_id, started=started)
+        raise
 
-    rejection: ApiError | None = None
-    leases_expire_due()  # usually one indexed "any due?" query, outside the write lock
-    with audited_transaction() as audit:
-        fence_check(shard_ids={shard_id}, fence=fence)
+
+def _commit_locked(
+    *,
+    actor: Actor,
+    shard: Shard,
+    expected_version: int,
+    new_value: Any,
+    read_set: dict[str, int] | None,
+    approval_id: str | None,
+    fence: int | None,
+) -> CommitResult:
+    shard_id = shard.id
+    with write_transaction() as audit:
         stale = read_set_stale_entries(read_set or {})
+        rejection: ApiError
         if stale:
             rejection = ApiError(
                 409,
@@ -250,63 +260,56 @@ def shard_commit(
                 "Shards this decision was based on have moved on.",
                 stale=stale,
             )
-        elif occ_apply(
-            shard_id=shard_id,
-            incarnation=shard.incarnation,
-            expected_version=expected_version,
-            new_value=new_value,
-            agent_id=actor.agent_id,
-        ):
-            entry = audit.append(
-                action=AuditAction.SHARD_COMMIT,
-                agent_id=actor.agent_id,
-                key_prefix=actor.key_prefix,
-                shard_id=shard_id,
-                version_before=expected_version,
-                version_after=expected_version + 1,
+        else:
+            result = version_write(
+                audit=audit,
+                shard=shard,
+                actor=actor,
+                expected_version=expected_version,
                 value=new_value,
+                fence=fence,
                 details={"approval_id": approval_id} if approval_id else None,
             )
-            transaction.on_commit(
-                lambda: push.shard_changed(
-                    shard_id=shard_id, version=expected_version + 1, committed_by=actor.agent_id
-                )
-            )
-            if approval_id:
-                commit = {"version": expected_version + 1, "audit_entry_id": entry.pk}
-                approval_consume(approval_id=approval_id, commit=commit)
-                audit.append(
-                    action=AuditAction.APPROVAL_COMMITTED,
-                    agent_id=actor.agent_id,
-                    key_prefix=actor.key_prefix,
-                    shard_id=shard_id,
-                    details={"approval_id": approval_id, **commit},
-                )
-            return CommitResult(expected_version + 1, new_value, entry.pk)
-        else:
+            if result is not None:
+                if approval_id:
+                    _approval_used(audit, actor, shard_id, approval_id, result)
+                return result
             current = (
                 Shard.objects.filter(pk=shard_id, incarnation=shard.incarnation)
                 .values("version", "value")
                 .first()
             )
             if current is None:
-                rejection = ApiError(
-                    404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id
-                )
+                rejection = ShardNotFound(shard_id)
             else:
                 rejection = _stale_error(expected_version, current)
-                transaction.on_commit(
-                    lambda: push.conflict_notify(
-                        key_prefix=actor.key_prefix,
-                        agent_id=actor.agent_id,
-                        shard_id=shard_id,
-                        version=current["version"],
-                        winning=current["value"],
-                        rejected=new_value,
-                    )
+                send_event_on_commit(
+                    "conflict",
+                    key_prefix=actor.key_prefix,
+                    agent_id=actor.agent_id,
+                    shard_id=shard_id,
+                    version=current["version"],
+                    winning=current["value"],
+                    rejected=new_value,
                 )
         _append_rejection(audit, actor, shard_id, expected_version, rejection)
     raise rejection
+
+
+def _approval_used(
+    audit: AuditWriter, actor: Actor, shard_id: str, approval_id: str, result: CommitResult
+) -> None:
+    """The approval a commit carried is spent, in the commit's transaction."""
+    assert hooks.gate is not None  # gate_check refused the commit otherwise
+    commit = {"version": result.version, "audit_entry_id": result.audit_entry_id}
+    hooks.gate.consume(approval_id=approval_id, commit=commit)
+    audit.append(
+        action=AuditAction.APPROVAL_COMMITTED,
+        agent_id=actor.agent_id,
+        key_prefix=actor.key_prefix,
+        shard_id=shard_id,
+        details={"approval_id": approval_id, **commit},
+    )
 
 
 def _shard_version(shard_id: str) -> int | None:
@@ -336,7 +339,8 @@ def _stale_precheck(actor: Actor, shard_id: str, expected_version: int, new_valu
         expected=expected_version,
         code=rejection.code,
     )
-    push.conflict_notify(
+    send_event_on_commit(
+        "conflict",
         key_prefix=actor.key_prefix,
         agent_id=actor.agent_id,
         shard_id=shard_id,
@@ -364,10 +368,13 @@ def additive_commit(*, actor: Actor, shard: Shard, body: dict[str, Any]) -> Comm
     _additive_rules_check(actor, shard, body.get("approval_id"))
     op = crdt.parse_op(shard.crdt_type, body)
 
-    def change(doc: Any, value: Any) -> tuple[bytes, Any]:
+    def change(doc: Any, value: Any) -> tuple[bytes | None, Any]:
         return crdt.apply_op(shard.crdt_type, doc, value, op)
 
-    result = _additive_apply(actor=actor, shard=shard, change=change, op_json=op.as_json())
+    with write_transaction() as audit:
+        result = additive_apply_locked(
+            audit=audit, actor=actor, shard=shard, change=change, op_json=op.as_json()
+        )
     assert result is not None  # a parsed op always changes the Doc
     return result
 
@@ -384,7 +391,10 @@ def additive_update_apply(
     def change(doc: Any, value: Any) -> tuple[bytes | None, Any]:
         return crdt.apply_update(shard.crdt_type, doc, update)
 
-    return _additive_apply(actor=actor, shard=shard, change=change, op_json=None, origin=origin)
+    with write_transaction() as audit:
+        return additive_apply_locked(
+            audit=audit, actor=actor, shard=shard, change=change, op_json=None, origin=origin
+        )
 
 
 def _additive_rules_check(actor: Actor, shard: Shard, approval_id: str | None) -> None:
@@ -396,20 +406,6 @@ def _additive_rules_check(actor: Actor, shard: Shard, approval_id: str | None) -
         raise
 
 
-def _additive_apply(
-    *,
-    actor: Actor,
-    shard: Shard,
-    change: Callable[[Any, Any], tuple[bytes | None, Any]],
-    op_json: dict[str, Any] | None,
-    origin: str = "",
-) -> CommitResult | None:
-    with audited_transaction() as audit:
-        return additive_apply_locked(
-            audit=audit, actor=actor, shard=shard, change=change, op_json=op_json, origin=origin
-        )
-
-
 def additive_apply_locked(
     *,
     audit: AuditWriter,
@@ -418,9 +414,10 @@ def additive_apply_locked(
     change: Callable[[Any, Any], tuple[bytes | None, Any]],
     op_json: dict[str, Any] | None,
     origin: str = "",
+    fence: int | None = None,
 ) -> CommitResult | None:
     """The CRDT merge: one change applied to the shard's Doc under the write lock
-    (the caller's audited transaction), its update logged in that transaction,
+    (the caller's write transaction), its update logged in that transaction,
     then pushed to Yjs clients. ``op_json`` None means a raw Yjs update."""
     shard_id = shard.id
     # Re-read under the write lock: the database is the only truth. The rules in
@@ -432,7 +429,7 @@ def additive_apply_locked(
         .first()
     )
     if row is None:
-        raise ApiError(404, "SHARD_NOT_FOUND", f"No shard {shard_id!r}.", shard_id=shard_id)
+        raise ShardNotFound(shard_id)
     loaded = crdt_store.load(shard_id, shard.crdt_type, row["version"], shard.incarnation)
     crdt_store.forget(shard_id)  # the Doc changes in place below; re-cached on commit
     update, value = change(loaded.doc, loaded.value)
@@ -442,43 +439,28 @@ def additive_apply_locked(
     if op_json is None:
         op_json = crdt.yjs_op(update)
     version = row["version"] + 1
-    CrdtUpdate.objects.create(shard_id=shard_id, version=version, update=update, op=op_json)
-    fields: dict[str, Any] = {
-        "version": version,
-        "updated_by": actor.agent_id,
-        "updated_at": timezone.now(),
-    }
+    columns: dict[str, Any] = {}
     if version - row["crdt_state_version"] >= crdt_store.COMPACT_EVERY:
-        fields.update(crdt_state=loaded.doc.get_update(), crdt_state_version=version, value=value)
-    Shard.objects.filter(pk=shard_id).update(**fields)
-    entry = audit.append(
-        action=AuditAction.SHARD_COMMIT,
-        agent_id=actor.agent_id,
-        key_prefix=actor.key_prefix,
-        shard_id=shard_id,
-        version_before=version - 1,
-        version_after=version,
-        value=op_json,
+        columns = {"crdt_state": loaded.doc.get_update(), "crdt_state_version": version}
+        columns["value"] = value
+    result = version_write(
+        audit=audit,
+        shard=shard,
+        actor=actor,
+        expected_version=row["version"],
+        value=value,
+        columns=columns,
+        audit_value=op_json,
+        fence=fence,
         details={"crdt_type": shard.crdt_type},
     )
+    if result is None:  # cannot happen under the lock; refuse rather than guess
+        raise ShardNotFound(shard_id)
+    CrdtUpdate.objects.create(shard_id=shard_id, version=version, update=update, op=op_json)
     fresh = crdt_store.Loaded(version, loaded.doc, value, shard.incarnation)
-
-    def after_commit() -> None:
-        crdt_store.remember(shard_id, fresh)
-        push.crdt_update_push(shard_id=shard_id, update=update, origin=origin)
-        push.shard_changed(shard_id=shard_id, version=version, committed_by=actor.agent_id)
-
-    transaction.on_commit(after_commit)
-    return CommitResult(version, value, entry.pk)
-
-
-def shard_current_value(shard: Shard) -> Any:
-    """A shard's value as of its row: additive shards replay their update log."""
-    if shard.type != ShardType.ADDITIVE:
-        return shard.value
-    loaded = crdt_store.load(shard.id, shard.crdt_type, shard.version, shard.incarnation)
-    shard.version = loaded.version  # newer if a compaction overtook this read
-    return loaded.value
+    transaction.on_commit(lambda: crdt_store.remember(shard_id, fresh))
+    send_event_on_commit("crdt_update", shard_id=shard_id, update=update, origin=origin)
+    return result
 
 
 def _append_rejection(
@@ -502,15 +484,15 @@ def _audit_rejection(actor: Actor, shard_id: str, expected: int, error: ApiError
 
 
 def shard_delete(*, actor: Actor, shard_id: str) -> None:
-    """Deletes a shard and what is bound to it: leases let go of its paths (no
-    write anywhere), and on commit its Yjs sockets are closed and its subscribers
-    told and unsubscribed. A shard later created under the same id is a new
-    incarnation that none of the old state can reach."""
+    """Deletes a shard and what is bound to it (the registered delete hooks: a
+    lease's bindings, open approvals), and on commit its Yjs sockets are closed
+    and its subscribers told and unsubscribed. A shard later created under the
+    same id is a new incarnation that none of the old state can reach."""
     with audited_transaction() as audit:
         shard = shard_get(shard_id, payload=False)
         shard.delete()
-        lease_bindings_drop(shard_id=shard_id)
-        _approvals_end(audit, shard_id)
+        for hook in list(hooks.delete_hooks.values()):
+            hook(audit, shard_id)
         audit.append(
             action=AuditAction.SHARD_DELETE,
             agent_id=actor.agent_id,
@@ -518,29 +500,8 @@ def shard_delete(*, actor: Actor, shard_id: str) -> None:
             shard_id=shard_id,
             version_before=shard.version,
         )
-
-        def after_commit() -> None:
-            crdt_store.forget(shard_id)
-            push.shard_deleted(shard_id=shard_id, deleted_by=actor.agent_id)
-
-        transaction.on_commit(after_commit)
-
-
-def _approvals_end(audit: AuditWriter, shard_id: str) -> None:
-    """A deleted shard's open approvals (pending, or approved and not yet applied)
-    expire with it: approved against this shard, they must never apply to a shard
-    re-created under its id."""
-    from approvals.models import Approval, ApprovalStatus
-    from approvals.services import approval_expire
-
-    open_ = Approval.objects.filter(
-        shard_id=shard_id, status__in=[ApprovalStatus.PENDING, ApprovalStatus.APPROVED]
-    )
-    for approval in open_.select_for_update():
-        approval_expire(audit=audit, approval=approval, by="shard.delete")
-
-
-# --- deliveries, keys, auth ------------------------------------------------
+        transaction.on_commit(lambda: crdt_store.forget(shard_id))
+        send_event_on_commit("shard_deleted", shard_id=shard_id, deleted_by=actor.agent_id)
 
 
 def delivery_prune(*, now: datetime | None = None) -> int:

@@ -8,7 +8,7 @@ class SupervisionConfig(AppConfig):
     def ready(self) -> None:
         from celery.signals import worker_process_init
 
-        from zerolock_site.supervisor import die_with_parent
+        from common.process import die_with_parent
 
         from . import heartbeats
 

@@ -4,7 +4,7 @@ import pytest
 
 from shards.crdt import state_json
 from shards.models import Shard
-from shards.services import shard_current_value
+from shards.selectors import shard_current_value
 
 pytestmark = pytest.mark.django_db
 

@@ -20,8 +20,9 @@ import schemathesis
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
 
+from access.auth import Actor
 from access.services import api_key_create
-from shards.services import Actor, shard_create
+from shards.services import shard_create
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.live, pytest.mark.django_db(transaction=True)]
 

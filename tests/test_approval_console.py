@@ -8,12 +8,13 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from access.auth import Actor
 from approvals.diffview import line_diff
 from approvals.models import Approval
 from approvals.roles import groups_ensure
 from approvals.services import approval_request
 from shards.models import Shard
-from shards.services import Actor, shard_create
+from shards.services import shard_create
 
 pytestmark = pytest.mark.django_db
 

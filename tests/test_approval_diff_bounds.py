@@ -18,6 +18,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 import approvals.diffs
+from access.auth import Actor
 from approvals.diffview import MAX_COMPARED, line_diff, shown
 from approvals.models import Approval
 from approvals.roles import groups_ensure
@@ -26,7 +27,6 @@ from audit.chain import AuditWriter
 from audit.models import AuditEntry
 from common.boundeddiff import TOO_DEEP, TOO_LARGE, TOO_SLOW, DiffLimits, bounded_diff
 from shards.models import Shard
-from shards.services import Actor
 
 N = 300_000
 

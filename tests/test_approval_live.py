@@ -16,12 +16,13 @@ import pytest
 import websockets
 from django.utils import timezone
 
+from access.auth import Actor
 from access.services import api_key_create
 from approvals.models import Approval
 from approvals.services import approval_request
 from audit.models import AuditEntry
 from shards.models import Shard
-from shards.services import Actor, shard_create
+from shards.services import shard_create
 from tests.conftest import ROOT, server_env
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]

@@ -10,9 +10,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from access.auth import Actor
 from access.services import api_key_create
 from shards.models import Shard
-from shards.services import Actor, shard_create
+from shards.services import shard_create
 
 pytestmark = pytest.mark.django_db
 

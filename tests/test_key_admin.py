@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from access.auth import hash_secret
+from access.keys import hash_secret
 from access.models import ApiKey
 from audit.models import AuditEntry
 

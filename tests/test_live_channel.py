@@ -11,10 +11,11 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from access.auth import Actor
 from approvals.roles import groups_ensure
 from realtime.consumers import LIVE_COALESCE_SECONDS
 from shards.models import Shard
-from shards.services import Actor, shard_commit, shard_create
+from shards.services import shard_commit, shard_create
 from zerolock_site.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from access.auth import Actor
 from approvals.services import approval_request
 from metrics.models import CommitSample, MetricCounter
 from metrics.record import recorder, window
-from shards.services import Actor
 
 pytestmark = pytest.mark.django_db
 

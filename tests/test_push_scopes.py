@@ -10,12 +10,13 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 
+from access.auth import Actor
 from access.services import api_key_create
 from approvals.services import Decider, approval_decide, approval_request
 from common.errors import ApiError
 from coordination.models import Lease
 from shards.models import Shard
-from shards.services import Actor, shard_commit, shard_create
+from shards.services import shard_commit, shard_create
 from tests.test_leases import elect, grant
 from zerolock_site.asgi import application
 

@@ -3,15 +3,9 @@
 import pytest
 
 from audit.models import AuditEntry
+from audit.serializers import AuditEntrySerializer, audit_data
 from shards.models import Shard
-from shards.serializers import (
-    AuditEntrySerializer,
-    HistoryEntrySerializer,
-    ShardSerializer,
-    audit_data,
-    history_data,
-    shard_data,
-)
+from shards.serializers import HistoryEntrySerializer, ShardSerializer, history_data, shard_data
 
 pytestmark = pytest.mark.django_db
 

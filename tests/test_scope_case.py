@@ -13,10 +13,12 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
+from access.auth import Actor
 from access.services import api_key_create
 from approvals.services import approval_request
 from audit.models import AuditEntry
-from shards.services import Actor, shard_commit, shard_create, shard_get
+from shards.selectors import shard_get
+from shards.services import shard_commit, shard_create
 
 OWNER = Actor(agent_id="owner-b")
 

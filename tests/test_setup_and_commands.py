@@ -5,7 +5,7 @@ import re
 import pytest
 from django.core.management import call_command
 
-from access.auth import hash_secret
+from access.keys import hash_secret
 from access.models import ApiKey
 from shards.models import Delivery
 from shards.tasks import prune_delivery_log

@@ -12,12 +12,14 @@ from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 from pycrdt import create_update_message
 
+from access.auth import Actor
 from access.services import api_key_create
 from audit.models import AuditEntry
 from common.errors import ApiError
 from coordination.models import LeaseBinding
 from shards.models import CrdtUpdate, Shard
-from shards.services import Actor, additive_update_apply, shard_create, shard_delete, shard_get
+from shards.selectors import shard_get
+from shards.services import additive_update_apply, shard_create, shard_delete
 from tests.test_leases import elect, grant
 from tests.test_yjs_sync import a_key, a_shard, local_doc, refusal, socket_to, synced
 from zerolock_site.asgi import application

@@ -14,11 +14,13 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from access.auth import Actor
 from access.services import api_key_create
 from common.errors import ApiError
 from shards import services
 from shards.models import Shard
-from shards.services import Actor, shard_commit, shard_create, shard_get
+from shards.selectors import shard_get
+from shards.services import shard_commit, shard_create
 
 ALICE = Actor(agent_id="alice")
 BOB = Actor(agent_id="bob")

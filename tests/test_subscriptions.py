@@ -16,9 +16,10 @@ import websockets
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
+from access.auth import Actor
 from access.services import api_key_create
 from shards.models import Shard
-from shards.services import Actor, shard_commit, shard_create
+from shards.services import shard_commit, shard_create
 from zerolock_site.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)

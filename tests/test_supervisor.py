@@ -21,12 +21,13 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from access.auth import Actor
 from access.services import api_key_create
 from approvals.models import Approval
 from approvals.services import approval_request
 from audit.models import AuditEntry, AuditHead
 from shards.models import Shard
-from shards.services import Actor, shard_create
+from shards.services import shard_create
 from tests.conftest import ROOT, _free_port, server_env
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]

@@ -8,10 +8,11 @@ from collections import Counter
 import httpx
 import pytest
 
+from access.auth import Actor
 from access.services import api_key_create
 from audit.models import AuditEntry
 from shards.models import CrdtUpdate, Shard
-from shards.services import Actor, shard_create
+from shards.services import shard_create
 
 pytestmark = pytest.mark.django_db
 

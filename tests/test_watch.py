@@ -11,10 +11,11 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
+from access.auth import Actor
 from access.services import api_key_create
 from audit.models import AuditEntry
 from coordination.txn import txn_apply
-from shards.services import Actor, shard_create
+from shards.services import shard_create
 from zerolock_site.asgi import application
 
 SHARDS = [f"w.{n:02}" for n in range(50)]

@@ -17,12 +17,13 @@ from channels.testing import WebsocketCommunicator
 from django.core.cache import cache
 from django.utils import timezone
 
+from access.auth import Actor
 from access.ratelimit import WINDOW_SECONDS
 from access.services import api_key_create
 from audit.chain import verify_chain
 from audit.models import AuditEntry
 from shards.models import Shard
-from shards.services import Actor, shard_commit, shard_create
+from shards.services import shard_commit, shard_create
 from tests.conftest import server_env, start_server, stop_server
 from zerolock_site.asgi import application
 

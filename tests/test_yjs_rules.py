@@ -9,10 +9,12 @@ import pytest
 from asgiref.sync import sync_to_async
 from pycrdt import create_update_message
 
+from access.auth import Actor
 from access.models import ApiKey
 from access.services import api_key_create, api_key_update
 from shards.models import Shard
-from shards.services import Actor, additive_commit, shard_get
+from shards.selectors import shard_get
+from shards.services import additive_commit
 from tests.test_yjs_sync import a_shard, local_doc, refusal, socket_to, synced
 
 DB = pytest.mark.django_db(transaction=True)
@@ -35,7 +37,7 @@ def version_of(shard_id: str) -> int:
 
 
 def value_of(shard_id: str):
-    from shards.services import shard_current_value
+    from shards.selectors import shard_current_value
 
     return shard_current_value(shard_get(shard_id))
 

@@ -20,10 +20,12 @@ from pycrdt import (
 )
 from pycrdt.websocket.websocket import HttpxWebsocket
 
+from access.auth import Actor
 from access.services import api_key_create
 from audit.models import AuditEntry
 from shards.models import CrdtUpdate, Shard
-from shards.services import Actor, additive_commit, shard_create, shard_get
+from shards.selectors import shard_get
+from shards.services import additive_commit, shard_create
 from zerolock_site.asgi import application
 
 DB = pytest.mark.django_db(transaction=True)

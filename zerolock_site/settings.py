@@ -299,7 +299,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "zerolock_site.openapi.add_error_responses",  # the error envelope on every /api/ op
+        "common.openapi.add_error_responses",  # the error envelope on every /api/ op
     ],
 }
 

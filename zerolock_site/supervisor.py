@@ -19,7 +19,6 @@ Run by bin/serve: ``python -m zerolock_site.supervisor``.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import queue
@@ -31,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import Popen
+
+from common.process import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
 logger = logging.getLogger("zerolock.supervisor")
@@ -45,21 +46,6 @@ POLL_SECONDS = 0.2
 def _env_float(name: str, default: float) -> float:
     raw = os.environ.get(name)
     return float(raw) if raw else default
-
-
-try:  # loaded here, not between fork and exec
-    _prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-except OSError:  # not Linux: the process groups still get stopped on exit
-    _prctl = None
-
-
-def die_with_parent() -> None:
-    """SIGKILL this process when its parent dies, even by kill -9, so no child is
-    left behind. Runs in each child between fork and exec, and in the worker's
-    pool process (supervision/apps.py)."""
-    PR_SET_PDEATHSIG = 1
-    if _prctl is not None:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclass

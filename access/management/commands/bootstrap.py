@@ -6,14 +6,12 @@ from django.core.management.base import BaseCommand
 
 from access.models import ApiKey
 from access.services import api_key_create
-from approvals.roles import groups_ensure
 
 
 class Command(BaseCommand):
     help = "First run only: create an admin login and an admin API key and print them once."
 
     def handle(self, *args, **opts):
-        groups_ensure()
         User = get_user_model()
         if User.objects.filter(is_superuser=True).exists() or ApiKey.objects.exists():
             self.stdout.write("ZeroLock is already bootstrapped; nothing to do.")

@@ -1,0 +1,14 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("txn", views.TxnView.as_view(), name="txn"),
+    path("leases", views.LeaseListView.as_view(), name="lease-list"),
+    path("leases/<str:lease_id>", views.LeaseDetailView.as_view(), name="lease-detail"),
+    path(
+        "leases/<str:lease_id>/keepalive",
+        views.LeaseKeepAliveView.as_view(),
+        name="lease-keepalive",
+    ),
+]
