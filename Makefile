@@ -26,6 +26,8 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(PY) -m pytest
 
 lint: $(VENV)/.installed-test

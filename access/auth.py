@@ -54,6 +54,14 @@ class Principal:
         return self.agent_id or f"key:{self.key.prefix}"
 
 
+def principal(request: Request) -> Principal:
+    """The principal DRF authenticated (every API view but /api/health has one)."""
+    user = request.user
+    if not isinstance(user, Principal):
+        raise ApiError(401, "UNAUTHENTICATED", "Send your API key in the X-API-Key header.")
+    return user
+
+
 # --- authentication ---------------------------------------------------------------
 
 
@@ -86,8 +94,8 @@ def request_key(request: HttpRequest) -> ApiKey | ApiError | None:
     usable, or None when no key was sent."""
     if not hasattr(request, "zerolock_key"):
         raw = request.META.get("HTTP_X_API_KEY", "")
-        request.zerolock_key = key_resolve(raw) if raw else None
-    return request.zerolock_key
+        request.zerolock_key = key_resolve(raw) if raw else None  # type: ignore[attr-defined]
+    return request.zerolock_key  # type: ignore[attr-defined]
 
 
 def key_rate_hit(key: ApiKey) -> RateState:

@@ -48,7 +48,11 @@ def key_from_raw(raw: str) -> ApiKey:
     """The usable key for a raw key string, or ApiError 401 saying why not."""
     parts = split_raw_key(raw)
     key = ApiKey.objects.filter(prefix=parts[0]).first() if parts else None
-    if key is None or not secrets.compare_digest(key.hashed_key, hash_secret(parts[1])):
+    if (
+        parts is None
+        or key is None
+        or not secrets.compare_digest(key.hashed_key, hash_secret(parts[1]))
+    ):
         raise ApiError(401, "UNAUTHENTICATED", "Unknown API key.")
     if key.revoked:
         raise ApiError(401, "KEY_REVOKED", "This API key has been revoked.")

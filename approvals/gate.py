@@ -60,7 +60,13 @@ class ApprovalGate:
     """What the shards core knows of approvals (``shards.hooks.Gate``)."""
 
     def verify(
-        self, *, approval_id: str, shard_id: str, agent_id: str, expected_version: int, new_value: Any
+        self,
+        *,
+        approval_id: str,
+        shard_id: str,
+        agent_id: str,
+        expected_version: int,
+        new_value: Any,
     ) -> None:
         approval_verify(
             approval_id=approval_id,

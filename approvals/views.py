@@ -8,7 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from access.auth import scope_check
+from access.auth import principal, scope_check
 from common.inputs import parsed
 from common.openapi import CONFLICT
 
@@ -33,7 +33,7 @@ def current_of(approval: Approval) -> ShardNow | None:
 
 def visible_approval(request: Request, approval_id: str) -> Approval:
     approval = services.approval_get(approval_id)
-    scope_check(request.user.key, [approval.shard_id])
+    scope_check(principal(request).key, [approval.shard_id])
     return approval
 
 
@@ -43,8 +43,8 @@ class ApprovalRequestView(APIView):
     @extend_schema(request=ApprovalRequestSerializer, responses={201: ApprovalSerializer})
     def post(self, request: Request) -> Response:
         data = parsed(ApprovalRequestSerializer, request.data)
-        scope_check(request.user.key, [data["shard_id"]])
-        approval = services.approval_request(actor=request.user.actor, **data)
+        scope_check(principal(request).key, [data["shard_id"]])
+        approval = services.approval_request(actor=principal(request).actor, **data)
         # The shard as the request saw it: the answer is built from what was
         # stored and computes nothing that could fail after the store.
         return Response(approval_data(approval, at_request(approval)), status=201)
@@ -64,7 +64,7 @@ class ApprovalListView(APIView):
                 shard_id=query.get("shard_id", ""),
                 requested_by=query.get("requested_by", ""),
             )
-            .within_scopes(request.user.key.shard_prefixes)
+            .within_scopes(principal(request).key.shard_prefixes)
             .newest_first()
             .with_decisions()
         )
@@ -97,7 +97,7 @@ class ApprovalDecideView(APIView):
         visible_approval(request, approval_id)
         approval = services.approval_decide(
             approval_id=approval_id,
-            decider=services.Decider.agent(request.user.actor),
+            decider=services.Decider.agent(principal(request).actor),
             approve=self.approve,
             reason=data["reason"],
         )

@@ -51,7 +51,8 @@ def _storable_text(value: object, max_length: int) -> str:
 
 
 def _column_text(value: object, field: str) -> str:
-    return _storable_text(value, AuditEntry._meta.get_field(field).max_length)
+    column = AuditEntry._meta.get_field(field)
+    return _storable_text(value, getattr(column, "max_length", None) or 0)
 
 
 def rejection_entry(

@@ -45,9 +45,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _zerolock_module(name: str):
-    """A zerolock_site module by path: importing the package would load the
+    """A supervision module by path: importing the package would load the
     project's Celery app and Django, whose signals would follow this worker."""
-    spec = importlib.util.spec_from_file_location(f"zl_{name}", ROOT / "zerolock_site" / name)
+    spec = importlib.util.spec_from_file_location(f"zl_{name}", ROOT / "supervision" / name)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -5,13 +5,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from django.db import connection
 
 _keepers: dict[str, object] = {}
 
 
-def keep_wal_open(sender: object, connection: object, **kwargs: object) -> None:
+def keep_wal_open(sender: object, connection: Any, **kwargs: object) -> None:
     """Holds one idle connection per SQLite file for the life of the process.
 
     When the last connection to a WAL database closes, SQLite checkpoints and

@@ -82,10 +82,12 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         if isinstance(exc, drf_exceptions.ValidationError):
             details["fields"] = exc.detail
         response = Response(envelope(code, message, **details), status=exc.status_code)
-        if getattr(exc, "auth_header", None):
-            response["WWW-Authenticate"] = exc.auth_header
-        if getattr(exc, "wait", None):
-            response["Retry-After"] = str(int(exc.wait))
+        auth_header = getattr(exc, "auth_header", None)
+        if auth_header:
+            response["WWW-Authenticate"] = auth_header
+        wait = getattr(exc, "wait", None)
+        if wait:
+            response["Retry-After"] = str(int(wait))
         return response
     return None
 

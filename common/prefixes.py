@@ -26,7 +26,7 @@ class Glob(Lookup):
 
     lookup_name = "glob"
 
-    def as_sql(self, compiler, connection):  # type: ignore[no-untyped-def]
+    def as_sql(self, compiler, connection):
         lhs, lhs_params = self.process_lhs(compiler, connection)
         rhs, rhs_params = self.process_rhs(compiler, connection)
         return f"{lhs} GLOB {rhs}", [*lhs_params, *rhs_params]

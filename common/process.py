@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import signal
+from typing import Any
 
+_prctl: Any
 try:  # loaded here, not between fork and exec
     _prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
 except OSError:  # not Linux: the process groups still get stopped on exit

@@ -293,11 +293,15 @@ def _write(
             continue
         if item.appends:
             op = crdt.parse_op(CrdtType.ARRAY, {"append": item.appends})
+
+            def append(doc: Any, value: Any, op: crdt.AdditiveOp = op) -> tuple[bytes | None, Any]:
+                return crdt.apply_op(CrdtType.ARRAY, doc, value, op)
+
             appended = additive_apply_locked(
                 audit=audit,
                 actor=actor,
                 shard=item.shard,
-                change=lambda doc, value, op=op: crdt.apply_op(CrdtType.ARRAY, doc, value, op),
+                change=append,
                 op_json=op.as_json(),
                 fence=fence,
             )

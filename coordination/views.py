@@ -7,6 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from access.auth import principal
 from common.openapi import CONFLICT
 
 from . import leases
@@ -21,7 +22,9 @@ class TxnView(APIView):
 
     @extend_schema(request=dict, responses={200: dict, 409: CONFLICT})
     def post(self, request: Request) -> Response:
-        return Response(txn_apply(actor=request.user.actor, key=request.user.key, body=request.data))
+        return Response(
+            txn_apply(actor=principal(request).actor, key=principal(request).key, body=request.data)
+        )
 
 
 class LeaseListView(APIView):
@@ -31,8 +34,8 @@ class LeaseListView(APIView):
     def post(self, request: Request) -> Response:
         body = request.data if isinstance(request.data, dict) else {}
         lease = leases.lease_grant(
-            holder=request.user.agent_id,
-            key_prefix=request.user.key.prefix,
+            holder=principal(request).agent_id,
+            key_prefix=principal(request).key.prefix,
             ttl_seconds=body.get("ttl_seconds"),
         )
         return Response(leases.lease_data(lease), status=201)
@@ -44,7 +47,9 @@ class LeaseDetailView(APIView):
     @extend_schema(responses={204: OpenApiResponse(description="Revoked")})
     def delete(self, request: Request, lease_id: str) -> Response:
         leases.lease_revoke(
-            lease_id=lease_id, holder=request.user.agent_id, key_prefix=request.user.key.prefix
+            lease_id=lease_id,
+            holder=principal(request).agent_id,
+            key_prefix=principal(request).key.prefix,
         )
         return Response(status=204)
 
@@ -55,6 +60,8 @@ class LeaseKeepAliveView(APIView):
     @extend_schema(request=None, responses=dict)
     def post(self, request: Request, lease_id: str) -> Response:
         lease = leases.lease_keepalive(
-            lease_id=lease_id, holder=request.user.agent_id, key_prefix=request.user.key.prefix
+            lease_id=lease_id,
+            holder=principal(request).agent_id,
+            key_prefix=principal(request).key.prefix,
         )
         return Response(leases.lease_data(lease))

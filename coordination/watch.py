@@ -80,7 +80,7 @@ def latest_revision() -> int:
     return AuditEntry.objects.order_by("-id").values_list("id", flat=True).first() or 0
 
 
-async def change_stream(*, prefix: str, since: int) -> AsyncIterator[dict[str, Any]]:
+async def change_stream(*, prefix: str, since: int) -> AsyncIterator[dict[str, Any] | None]:
     """Changes after ``since`` forever; None items are idle ticks (for keep-alives)."""
     fetch = database_sync_to_async(changes_after)
     cursor = since

@@ -21,8 +21,12 @@ from common.errors import ApiError
 from .models import CrdtType
 
 ROOT = "value"
-_ROOT_TYPES = {CrdtType.MAP: pycrdt.Map, CrdtType.ARRAY: pycrdt.Array, CrdtType.TEXT: pycrdt.Text}
-_EMPTY = {CrdtType.MAP: dict, CrdtType.ARRAY: list, CrdtType.TEXT: str}
+_ROOT_TYPES: dict[str, Any] = {
+    CrdtType.MAP: pycrdt.Map,
+    CrdtType.ARRAY: pycrdt.Array,
+    CrdtType.TEXT: pycrdt.Text,
+}
+_EMPTY: dict[str, Any] = {CrdtType.MAP: dict, CrdtType.ARRAY: list, CrdtType.TEXT: str}
 
 
 @dataclass(frozen=True)
@@ -55,11 +59,14 @@ def initial_json(crdt_type: str, value: Any) -> Any:
 def parse_op(crdt_type: str, body: dict[str, Any]) -> AdditiveOp:
     """The commit body's intent for this shard type, or 400 UNSUPPORTED_DIFF."""
     intents = {k for k in ("new_value", "append", "delta") if k in body}
-    expected = {CrdtType.MAP: "new_value", CrdtType.ARRAY: "append", CrdtType.TEXT: "delta"}[
-        crdt_type
-    ]
+    intent_of: dict[str, str] = {
+        CrdtType.MAP: "new_value",
+        CrdtType.ARRAY: "append",
+        CrdtType.TEXT: "delta",
+    }
+    expected = intent_of[crdt_type]
     if intents != {expected}:
-        hints = {
+        hints: dict[str, str] = {
             CrdtType.MAP: 'a patch of top-level keys: {"new_value": {"key": value, "gone": null}}',
             CrdtType.ARRAY: 'append intent: {"append": [item, ...]} (never a whole array)',
             CrdtType.TEXT: 'a Quill/Yjs delta: {"delta": [{"retain": 5}, {"insert": "abc"}, {"delete": 2}]}',
@@ -109,7 +116,7 @@ def new_state(crdt_type: str, value: Any) -> bytes:
 
 def load(crdt_type: str, *updates: bytes) -> tuple[pycrdt.Doc, Any]:
     """A Doc from a snapshot and the updates after it, with its root declared."""
-    doc = pycrdt.Doc()
+    doc: pycrdt.Doc = pycrdt.Doc()
     for update in updates:
         doc.apply_update(update)
     doc[ROOT] = root = _ROOT_TYPES[crdt_type]()

@@ -66,7 +66,9 @@ def read(shard_id: str, crdt_type: str, version: int | None = None) -> Loaded:
     )
     if len(updates) != version - snapshot["crdt_state_version"]:
         raise RuntimeError(f"update log of {shard_id} has a gap")
-    doc, _ = crdt.load(crdt_type, bytes(snapshot["crdt_state"]), *(bytes(u) for u, _ in updates))
+    doc, _ = crdt.load(
+        crdt_type, bytes(snapshot["crdt_state"] or b""), *(bytes(u) for u, _ in updates)
+    )
     if any(crdt.YJS_OP in op for _, op in updates):
         # A Yjs client's update has no JSON form to replay: render the Doc.
         value = crdt.render(crdt_type, doc)

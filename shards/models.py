@@ -90,6 +90,13 @@ class Shard(models.Model):
     def __str__(self) -> str:
         return f"{self.id} v{self.version}"
 
+    @property
+    def crdt_kind(self) -> str:
+        """An additive shard's CRDT type (only decision shards have none)."""
+        if self.crdt_type is None:
+            raise ValueError(f"{self.id} is a decision shard: it has no CRDT type")
+        return self.crdt_type
+
 
 class CrdtUpdate(models.Model):
     """One applied additive operation: the Doc update it made and the JSON op."""

@@ -34,6 +34,6 @@ def shard_current_value(shard: Shard) -> Any:
     """A shard's value as of its row: additive shards replay their update log."""
     if shard.type != ShardType.ADDITIVE:
         return shard.value
-    loaded = crdt_store.load(shard.id, shard.crdt_type, shard.version, shard.incarnation)
+    loaded = crdt_store.load(shard.id, shard.crdt_kind, shard.version, shard.incarnation)
     shard.version = loaded.version  # newer if a compaction overtook this read
     return loaded.value

@@ -8,7 +8,7 @@ the version write itself in ``writer``."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -351,7 +351,7 @@ def _stale_precheck(actor: Actor, shard_id: str, expected_version: int, new_valu
     raise rejection
 
 
-def _stale_error(expected_version: int, current: dict[str, Any]) -> ApiError:
+def _stale_error(expected_version: int, current: Mapping[str, Any]) -> ApiError:
     return ApiError(
         409,
         "STALE_VERSION",
@@ -366,10 +366,10 @@ def additive_commit(*, actor: Actor, shard: Shard, body: dict[str, Any]) -> Comm
     """Commit to an additive shard: merged, never compared against a version, so
     it can never be stale. Structurally separate from the OCC path."""
     _additive_rules_check(actor, shard, body.get("approval_id"))
-    op = crdt.parse_op(shard.crdt_type, body)
+    op = crdt.parse_op(shard.crdt_kind, body)
 
     def change(doc: Any, value: Any) -> tuple[bytes | None, Any]:
-        return crdt.apply_op(shard.crdt_type, doc, value, op)
+        return crdt.apply_op(shard.crdt_kind, doc, value, op)
 
     with write_transaction() as audit:
         result = additive_apply_locked(
@@ -389,7 +389,7 @@ def additive_update_apply(
     _additive_rules_check(actor, shard, None)
 
     def change(doc: Any, value: Any) -> tuple[bytes | None, Any]:
-        return crdt.apply_update(shard.crdt_type, doc, update)
+        return crdt.apply_update(shard.crdt_kind, doc, update)
 
     with write_transaction() as audit:
         return additive_apply_locked(
@@ -430,7 +430,7 @@ def additive_apply_locked(
     )
     if row is None:
         raise ShardNotFound(shard_id)
-    loaded = crdt_store.load(shard_id, shard.crdt_type, row["version"], shard.incarnation)
+    loaded = crdt_store.load(shard_id, shard.crdt_kind, row["version"], shard.incarnation)
     crdt_store.forget(shard_id)  # the Doc changes in place below; re-cached on commit
     update, value = change(loaded.doc, loaded.value)
     if update is None:

@@ -1,3 +1,6 @@
+# jsonschema builds its validator classes at run time (VALIDATORS, META_SCHEMA,
+# ...), and referencing's stubs lag its keyword arguments: mypy cannot see them.
+# mypy: disable-error-code="attr-defined,call-arg"
 """A shard's ``value_schema``: the one home of JSON Schema handling.
 
 Left to itself, jsonschema fetches any remote ``$ref`` with urllib (no timeout,

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from access.auth import scope_check
+from access.auth import principal, scope_check
 from audit.models import AuditEntry
 from common import pages
 from common.errors import ApiError
@@ -54,7 +54,7 @@ class ShardListView(APIView):
         shards = (
             Shard.objects.of_type(query.get("type", ""))
             .with_prefix(query.get("prefix", ""))
-            .within_scopes(request.user.key.shard_prefixes)
+            .within_scopes(principal(request).key.shard_prefixes)
         )
         if query.get("after"):
             shards = shards.filter(id__gt=query["after"])
@@ -70,9 +70,9 @@ class ShardListView(APIView):
     @extend_schema(request=ShardCreateSerializer, responses={201: ShardSerializer, 409: CONFLICT})
     def post(self, request: Request) -> Response:
         data = parsed(ShardCreateSerializer, request.data)
-        scope_check(request.user.key, [data["id"]])
+        scope_check(principal(request).key, [data["id"]])
         shard = services.shard_create(
-            actor=request.user.actor,
+            actor=principal(request).actor,
             shard_id=data["id"],
             shard_type=data["type"],
             crdt_type=data.get("crdt_type"),
@@ -96,12 +96,12 @@ class ShardDetailView(APIView):
 
     @extend_schema(responses=ShardSerializer, operation_id="shards_get")
     def get(self, request: Request, shard_id: str) -> Response:
-        shard = services.shard_read(shard_id=shard_id, reader=request.user.reader)
+        shard = services.shard_read(shard_id=shard_id, reader=principal(request).reader)
         return Response(shard_data(shard))
 
     @extend_schema(responses={204: OpenApiResponse(description="Deleted")})
     def delete(self, request: Request, shard_id: str) -> Response:
-        services.shard_delete(actor=request.user.actor, shard_id=shard_id)
+        services.shard_delete(actor=principal(request).actor, shard_id=shard_id)
         return Response(status=204)
 
 
@@ -115,12 +115,12 @@ class ShardCommitView(APIView):
             if not isinstance(request.data, dict):
                 raise ApiError(400, "VALIDATION_ERROR", "Expected a JSON object.")
             result = services.additive_commit(
-                actor=request.user.actor, shard=shard, body=request.data
+                actor=principal(request).actor, shard=shard, body=request.data
             )
             return Response(result.as_dict())
         data = parsed(CommitSerializer, request.data)
         result = services.shard_commit(
-            actor=request.user.actor,
+            actor=principal(request).actor,
             shard=shard,
             expected_version=data["expected_version"],
             new_value=data["new_value"],
@@ -152,5 +152,3 @@ class ShardHistoryView(APIView):
         page = pages.page_collect(rows, history_data, limit=None)
         last = page.last.version_after if page.last else None
         return pages.list_response(request, page, "after", last)
-
-

@@ -1,6 +1,6 @@
 from celery import current_app, shared_task
 
-from zerolock_site.broker import broker_prune_delivered
+from supervision.broker import broker_prune_delivered
 
 
 @shared_task

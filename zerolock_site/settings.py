@@ -185,7 +185,7 @@ else:
             "max_size": env_int("ZEROLOCK_DB_POOL_MAX", 20),
             "timeout": 20,
         }
-    DATABASES = {"default": _db}
+    DATABASES = {"default": _db}  # type: ignore[dict-item]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -233,11 +233,11 @@ if REDIS_URL:
 else:
     # SQLite through kombu's SQLAlchemy transport: a message is one committed row,
     # so the worker never reads half of one (the filesystem transport handed it
-    # half-written files and the worker died: issue 16). See zerolock_site/broker.py.
-    from .broker import embedded_broker
+    # half-written files and the worker died: issue 16). See supervision/broker.py.
+    from supervision.broker import embedded_broker
 
     CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = embedded_broker(DATA_DIR)
-    CELERY_BROKER_TRANSPORT = "zerolock_site.sqlite_transport:SqliteTransport"
+    CELERY_BROKER_TRANSPORT = "supervision.sqlite_transport:SqliteTransport"
 # A worker holds at most one message beyond the task it runs: a worker killed -9
 # loses what it holds (both transports deliver at most once; the tasks are periodic).
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -9,7 +9,7 @@ api = [
     path("", include("shards.urls")),
     path("", include("coordination.urls")),
     path("", include("approvals.urls")),
-    path("", include("audit.urls")),
+    path("", include("access.urls")),
     path("", include("metrics.urls")),
     path("health", HealthView.as_view(), name="health"),
     path(

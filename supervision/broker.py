@@ -22,7 +22,7 @@ BUSY_TIMEOUT_SECONDS = 30
 
 def embedded_broker(data_dir: Path) -> tuple[str, dict[str, Any]]:
     """Broker URL and transport options for a SQLite broker file in ``data_dir``,
-    for use with ``broker_transport`` = zerolock_site/sqlite_transport.py."""
+    for use with ``broker_transport`` = supervision/sqlite_transport.py."""
     path = data_dir / BROKER_FILE
     _use_wal(path)
     return f"sqlite:///{path}", {"connect_args": {"timeout": BUSY_TIMEOUT_SECONDS}}

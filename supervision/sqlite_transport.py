@@ -1,4 +1,4 @@
-"""The embedded broker's kombu transport (see zerolock_site/broker.py); its own
+"""The embedded broker's kombu transport (see supervision/broker.py); its own
 module so that only processes that talk to the broker import SQLAlchemy."""
 
 from kombu.transport.sqlalchemy import Transport
