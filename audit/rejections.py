@@ -20,19 +20,14 @@ Authentication failures (REST and WebSocket handshakes) take the same path
 
 from __future__ import annotations
 
-import atexit
 import logging
-import os
-import queue
-import threading
-import time
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
 
 from audit.chain import audited_transaction
 from audit.models import AuditAction, AuditEntry
+from common.writebehind import WriteBehind
 from metrics import record
 
 logger = logging.getLogger(__name__)
@@ -83,10 +78,14 @@ MAX_BATCH = 1000
 
 class RejectionRecorder:
     def __init__(self) -> None:
-        self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
-        self._pid: int | None = None
-        self._lock = threading.Lock()
         self.dropped = 0  # records that could not be written, in this process
+        self._writer: WriteBehind[dict[str, Any]] = WriteBehind(
+            "rejection-audit",
+            self.write_batch,
+            period=FLUSH_SECONDS,
+            max_batch=MAX_BATCH,
+            enabled=lambda: settings.ZEROLOCK_REJECTION_WRITE_BEHIND,
+        )
 
     def record(
         self, *, agent_id: str, key_prefix: str, shard_id: str, expected: int, code: str
@@ -102,16 +101,10 @@ class RejectionRecorder:
 
     def append(self, entry: dict[str, Any]) -> None:
         """Any audit entry (``AuditWriter.append``'s arguments) written behind, in batches."""
-        if not settings.ZEROLOCK_REJECTION_WRITE_BEHIND:
-            self.write_batch([entry])
-            return
-        if self._pid != os.getpid():
-            with self._lock:
-                if self._pid != os.getpid():
-                    self._queue = queue.Queue()
-                    threading.Thread(target=self._run, name="rejection-audit", daemon=True).start()
-                    self._pid = os.getpid()
-        self._queue.put(entry)
+        self._writer.put(entry)
+
+    def flush(self) -> None:
+        self._writer.flush()
 
     @staticmethod
     def _write(entries: list[dict[str, Any]]) -> None:
@@ -158,38 +151,5 @@ class RejectionRecorder:
         except Exception:  # counting must not take the writer down either
             logger.exception("Could not count a dropped audit record")
 
-    def _drain(self) -> list[dict[str, Any]]:
-        batch: list[dict[str, Any]] = []
-        while len(batch) < MAX_BATCH:  # a bounded transaction, however big the backlog
-            try:
-                batch.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
-        return batch
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(FLUSH_SECONDS)
-            batch = self._drain()
-            while batch:
-                self._write_logged(batch)
-                batch = self._drain() if len(batch) == MAX_BATCH else []
-
-    def _write_logged(self, batch: list[dict[str, Any]]) -> None:
-        if batch:
-            try:
-                close_old_connections()
-                self.write_batch(batch)
-            except Exception:  # the writer must outlive anything
-                logger.exception("Could not audit %d write-behind entries", len(batch))
-
-    def flush(self) -> None:
-        if self._pid == os.getpid():
-            batch = self._drain()
-            while batch:
-                self.write_batch(batch)
-                batch = self._drain()
-
 
 rejections = RejectionRecorder()
-atexit.register(rejections.flush)

@@ -15,7 +15,6 @@ Everything lands in the database, written behind by one thread per process
 from __future__ import annotations
 
 import asyncio
-import atexit
 import logging
 import os
 import socket
@@ -27,11 +26,12 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from common.db import sqlite_writer_queue
+from common.writebehind import WriteBehind
 from metrics.models import CommitSample, MetricCounter, SocketGauge
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,15 @@ class _Recorder:
         self.shard_subscribers: Counter[str] = Counter()
         self._gauge_written: tuple | None = None
         self._gauge_at = 0.0
-        self._pid: int | None = None
+        # Nothing is queued: the state above is the backlog; the thread writes it
+        # (and refreshes this process's gauge) every FLUSH_SECONDS.
+        self._writer: WriteBehind[None] = WriteBehind(
+            "metrics-writer",
+            lambda _: self.flush_now(),
+            period=FLUSH_SECONDS,
+            enabled=lambda: settings.ZEROLOCK_METRICS_WRITE_BEHIND,
+            tick=True,
+        )
 
     # --- what the rest of the code calls ---------------------------------------
 
@@ -101,20 +109,7 @@ class _Recorder:
             if not _in_event_loop():
                 self.flush_now()
             return
-        if self._pid != os.getpid():
-            with self._lock:
-                if self._pid != os.getpid():
-                    self._pid = os.getpid()
-                    threading.Thread(target=self._run, name="metrics-writer", daemon=True).start()
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(FLUSH_SECONDS)
-            try:
-                close_old_connections()
-                self.flush_now()
-            except Exception:  # the writer must outlive a failed write
-                logger.exception("Could not write metrics")
+        self._writer.ensure_running()
 
     def flush_now(self) -> None:
         with self._lock:
@@ -153,7 +148,6 @@ def _in_event_loop() -> bool:
 
 
 recorder = _Recorder()
-atexit.register(lambda: recorder.flush_now() if recorder._pid == os.getpid() else None)
 
 
 # --- reading -----------------------------------------------------------------------
