@@ -96,6 +96,20 @@ def gate_check(
         )
 
 
+def fence_parse(raw: Any) -> int | None:
+    """An optional lease fence in a request body: a positive 64-bit integer."""
+    if raw is None:
+        return None
+    if not isinstance(raw, int) or isinstance(raw, bool) or not 1 <= raw < 2**63:
+        raise ApiError(
+            400,
+            "VALIDATION_ERROR",
+            "fence must be a positive integer.",
+            fields={"fence": ["invalid"]},
+        )
+    return raw
+
+
 def owner_check(shard: Shard, agent_id: str) -> None:
     if shard.owner_policy == OwnerPolicy.OWNERS_ONLY and agent_id not in shard.owners:
         raise ApiError(
@@ -367,13 +381,19 @@ def additive_commit(*, actor: Actor, shard: Shard, body: dict[str, Any]) -> Comm
     it can never be stale. Structurally separate from the OCC path."""
     _additive_rules_check(actor, shard, body.get("approval_id"))
     op = crdt.parse_op(shard.crdt_kind, body)
+    fence = fence_parse(body.get("fence"))
 
     def change(doc: Any, value: Any) -> tuple[bytes | None, Any]:
         return crdt.apply_op(shard.crdt_kind, doc, value, op)
 
     with write_transaction() as audit:
         result = additive_apply_locked(
-            audit=audit, actor=actor, shard=shard, change=change, op_json=op.as_json()
+            audit=audit,
+            actor=actor,
+            shard=shard,
+            change=change,
+            op_json=op.as_json(),
+            fence=fence,
         )
     assert result is not None  # a parsed op always changes the Doc
     return result

@@ -1,0 +1,72 @@
+"""CRDT op parsing and the JSON each op leaves behind: the pure rules. No database."""
+
+import pytest
+
+from common.errors import ApiError
+from shards.crdt import (
+    AdditiveOp,
+    apply_op,
+    initial_json,
+    is_empty_update,
+    load,
+    new_state,
+    parse_op,
+    state_json,
+)
+
+
+def unsupported(crdt_type: str, body: dict) -> ApiError:
+    with pytest.raises(ApiError) as refused:
+        parse_op(crdt_type, body)
+    assert (refused.value.status, refused.value.code) == (400, "UNSUPPORTED_DIFF")
+    return refused.value
+
+
+def test_each_crdt_type_takes_exactly_its_own_intent():
+    assert parse_op("map", {"new_value": {"a": 1}}) == AdditiveOp("patch", {"a": 1})
+    assert parse_op("array", {"append": [1, 2]}) == AdditiveOp("append", [1, 2])
+    assert parse_op("text", {"delta": [{"insert": "hi"}]}) == AdditiveOp(
+        "delta", [{"insert": "hi"}]
+    )
+    assert "append intent" in unsupported("array", {"new_value": [1]}).message
+    assert "patch of top-level keys" in unsupported("map", {"append": [1]}).message
+    unsupported("map", {"new_value": {"a": 1}, "append": [1]})  # two intents at once
+
+
+def test_empty_or_ill_shaped_payloads_are_refused():
+    unsupported("map", {"new_value": {}})
+    unsupported("array", {"append": []})
+    unsupported("text", {"delta": []})
+    unsupported("text", {"delta": [{"retain": 1, "insert": "x"}]})
+    unsupported("text", {"delta": [{"retain": 0}]})
+    unsupported("text", {"delta": [{"delete": True}]})
+    unsupported("text", {"delta": [{"insert": ""}]})
+    assert "Unknown delta operation" in unsupported("text", {"delta": [{"bold": 1}]}).message
+
+
+def test_an_op_is_stored_in_the_shape_the_client_sent():
+    assert AdditiveOp("patch", {"a": 1}).as_json() == {"new_value": {"a": 1}}
+    assert AdditiveOp("append", [1]).as_json() == {"append": [1]}
+
+
+def test_initial_values_must_match_the_crdt_type_and_none_means_empty():
+    assert initial_json("map", None) == {} and initial_json("text", None) == ""
+    with pytest.raises(ApiError):
+        initial_json("array", {"not": "a list"})
+
+
+def test_ops_merge_into_the_doc_and_integers_come_back_as_integers():
+    doc, value = load("map", new_state("map", {"count": 1}))
+    update, value = apply_op("map", doc, value, parse_op("map", {"new_value": {"n": 2}}))
+    assert value == {"count": 1, "n": 2}
+    assert isinstance(value["n"], int)  # pycrdt hands back floats; clients sent ints
+    assert not is_empty_update(update)
+    assert state_json("map", new_state("map", {"count": 1}), update) == {"count": 1, "n": 2}
+
+
+def test_a_text_delta_edits_in_place():
+    doc, value = load("text", new_state("text", "hello"))
+    _, value = apply_op(
+        "text", doc, value, parse_op("text", {"delta": [{"retain": 5}, {"insert": "!"}]})
+    )
+    assert value == "hello!"
