@@ -7,7 +7,7 @@ write-wait-reread: read the queue, commit it with the chosen task marked as
 yours (OCC: 409 when anyone changed the queue since the read), wait 50 ms,
 re-read to confirm you hold it; on a 409 read again and retry.
 txn: POST /api/txn comparing the task's status; the answer carries the queue
-either way, so the agent's next pick is fresh (see tests/test_transactions.py).
+either way, so the agent's next pick is fresh (see tests/coordination/test_transactions.py).
 Every request any agent sends is counted.
 """
 

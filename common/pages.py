@@ -22,7 +22,7 @@ Row = TypeVar("Row")
 
 # Rows fetched per database round trip: few, since a row may carry a 1 MB value
 # and a 4 MiB page holds only a handful of those (measured: 16 peaked at 391 MB
-# over four clients, 4 at the figure in tests/test_list_memory.py).
+# over four clients, 4 at the figure in tests/shards/test_list_memory.py).
 FETCH_CHUNK = 4
 
 

@@ -313,7 +313,7 @@ def _validator(schema: Any) -> Any:
 def validator_unchecked(schema: Any) -> Any:
     """The validator alone, without the checks above: RE2 patterns, budgeted
     refs, and a registry that retrieves nothing. The last line of defence, so it
-    must hold by itself (tests/test_schema_safety.py shows it does)."""
+    must hold by itself (tests/shards/test_schema_safety.py shows it does)."""
     return _safe_class(validators.validator_for(schema))(schema, registry=_REGISTRY)
 
 

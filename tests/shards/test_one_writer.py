@@ -30,7 +30,7 @@ from audit.models import AuditAction, AuditEntry
 from coordination.models import Lease
 from metrics.models import CommitSample
 from shards.models import Shard
-from tests.test_yjs_sync import local_doc, synced
+from tests.realtime.test_yjs_sync import local_doc, synced
 from zerolock_site.asgi import application
 
 DB = pytest.mark.django_db(transaction=True)

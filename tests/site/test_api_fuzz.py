@@ -7,7 +7,7 @@ schema, and the listed content type. It runs schemathesis' engine, the one behin
 and stateful phases, stopped by a time budget (FUZZ_MAX_TIME, default 120 s).
 
 Run it alone (the `fuzz` marker):
-    PYTHONPATH=$PWD .venv/bin/python -m pytest -m fuzz tests/test_api_fuzz.py -s
+    PYTHONPATH=$PWD .venv/bin/python -m pytest -m fuzz tests/site/test_api_fuzz.py -s
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from common.errors import ApiError
 from coordination.models import Lease
 from shards.models import Shard
 from shards.services import shard_commit, shard_create
-from tests.test_leases import elect, grant
+from tests.coordination.test_leases import elect, grant
 from zerolock_site.asgi import application
 
 DB = pytest.mark.django_db(transaction=True)

@@ -15,7 +15,7 @@ from access.services import api_key_create, api_key_update
 from shards.models import Shard
 from shards.selectors import shard_get
 from shards.services import additive_commit
-from tests.test_yjs_sync import a_shard, local_doc, refusal, socket_to, synced
+from tests.realtime.test_yjs_sync import a_shard, local_doc, refusal, socket_to, synced
 
 DB = pytest.mark.django_db(transaction=True)
 

@@ -20,8 +20,8 @@ from coordination.models import LeaseBinding
 from shards.models import CrdtUpdate, Shard
 from shards.selectors import shard_get
 from shards.services import additive_update_apply, shard_create, shard_delete
-from tests.test_leases import elect, grant
-from tests.test_yjs_sync import a_key, a_shard, local_doc, refusal, socket_to, synced
+from tests.coordination.test_leases import elect, grant
+from tests.realtime.test_yjs_sync import a_key, a_shard, local_doc, refusal, socket_to, synced
 from zerolock_site.asgi import application
 
 DB = pytest.mark.django_db(transaction=True)

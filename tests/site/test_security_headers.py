@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from tests.conftest import server_env, start_server, stop_server
-from tests.test_key_admin_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.access.test_key_admin_browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 

@@ -17,7 +17,7 @@ from access.auth import Actor
 from access.services import api_key_create
 from approvals.roles import groups_ensure
 from shards.services import shard_create
-from tests.test_key_admin_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.access.test_key_admin_browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
