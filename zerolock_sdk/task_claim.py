@@ -41,7 +41,10 @@ async def claim_task(
     agent_id: str | None = None,
     *,
     lease_id: str | None = None,
+    idempotency_key: str | None = None,
 ) -> ClaimResult:
+    """Claims a pending task: one transaction that wins, or says who holds it.
+    With ``idempotency_key``, a retry of a claim that won replays that win."""
     task_id, agent = str(task_id), agent_id or client.agent_id
     holder_op: dict[str, Any] = {
         "op": "put",
@@ -66,6 +69,7 @@ async def claim_task(
                 holder_op,
             ],
             failure=[{"op": "get", "shard_id": shard_id, "path": [task_id]}],
+            idempotency_key=idempotency_key,
         )
     except NotFoundError as error:
         if error.code == "SHARD_NOT_FOUND":
