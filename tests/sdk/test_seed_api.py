@@ -19,6 +19,7 @@ from zerolock_sdk import (
 from zerolock_sdk import models as models_module
 from zerolock_sdk import types as seed_types
 from zerolock_sdk.approvals import ApprovalClient
+from zerolock_sdk.locks import FileLock, FileLocker
 from zerolock_sdk.task_claim import claim_task, complete_task, get_pending_tasks
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
@@ -242,5 +243,28 @@ def test_without_any_key_the_error_says_how_to_set_one(live_server_url, monkeypa
         async with CachedZeroLockClient(live_server_url, auto_connect_ws=False) as cached:
             with pytest.raises(MissingApiKeyError):
                 await cached.connect_ws()
+
+    asyncio.run(scenario())
+
+
+def test_the_sdk_file_lock_answers_true_and_file_locker_takes_the_seeds_arguments(
+    live_server_url, monkeypatch
+):
+    monkeypatch.setenv("ZEROLOCK_API_KEY", a_key())
+
+    async def scenario() -> None:
+        async with ZeroLockClient(live_server_url, agent_id="other") as other:
+            await other.create_shard("locks", CreateShardOptions(initial_value={}))
+            lock = FileLock(other, "locks", "other")
+            assert await lock.acquire("held.py", timeout_seconds=1) is True
+            async with FileLocker(live_server_url, "agent-1", "locks", "config.py") as locker:
+                held = (await other.get_shard("locks")).value
+                assert held["config.py"]["holder"] == "agent-1"
+                assert locker.lock.client.agent_id == "agent-1"
+            assert "config.py" not in (await other.get_shard("locks")).value
+            with pytest.raises(TimeoutError):
+                async with FileLocker(live_server_url, "agent-2", "locks", "held.py", timeout=0.3):
+                    raise AssertionError("got a lock someone else holds")
+            assert (await other.get_shard("locks")).value.keys() == {"held.py"}
 
     asyncio.run(scenario())
