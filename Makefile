@@ -3,6 +3,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PORT   ?= 8000
 export PORT
+# Extras `make test` installs. CI adds the Layer 0 adapters (.ci/run), whose tests
+# skip locally without them: `make test TEST_EXTRAS=test,crewai,temporal` runs them.
+TEST_EXTRAS ?= test
 
 .PHONY: run test lint format bench clean
 
@@ -14,7 +17,7 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[$(TEST_EXTRAS)]"
 	@# Browser tests drive Debian's Chromium (Playwright cannot download browsers here).
 	command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
 	touch $@

@@ -8,6 +8,7 @@ from .errors import (
     ConflictError,
     FencedError,
     IrreversibleShardError,
+    MissingApiKeyError,
     NotFoundError,
     PermissionDeniedError,
     RateLimitedError,
@@ -18,20 +19,35 @@ from .errors import (
     ValidationError,
     ZeroLockError,
 )
-from .models import Approval, CommitResult, CreateShardOptions, Lease, Shard, TxnResult
+from .models import (
+    Approval,
+    ApprovalStatus,
+    ClaimResult,
+    CommitOptions,
+    CommitResult,
+    CreateShardOptions,
+    Lease,
+    Shard,
+    Task,
+    TxnResult,
+)
 from .sync import SyncZeroLockClient
 
 __all__ = [
     "Approval",
     "ApprovalInvalidError",
+    "ApprovalStatus",
     "AuthenticationError",
     "CachedZeroLockClient",
+    "ClaimResult",
+    "CommitOptions",
     "CommitResult",
     "ConflictError",
     "CreateShardOptions",
     "FencedError",
     "IrreversibleShardError",
     "Lease",
+    "MissingApiKeyError",
     "NotFoundError",
     "PermissionDeniedError",
     "RateLimitedError",
@@ -41,6 +57,7 @@ __all__ = [
     "Shard",
     "StaleCommitError",
     "SyncZeroLockClient",
+    "Task",
     "TxnResult",
     "ValidationError",
     "ZeroLockClient",

@@ -15,10 +15,18 @@ from .models import Approval
 
 
 class ApprovalClient:
-    """``async with ApprovalClient(url, agent_id="executor", api_key=KEY) as approvals: ...``
-    ``approvals.client`` is the underlying ZeroLockClient."""
+    """``async with ApprovalClient(url, agent_id="executor") as approvals: ...``
+    ``approvals.client`` is the underlying ZeroLockClient (URL and key default to
+    ``$ZEROLOCK_URL`` and ``$ZEROLOCK_API_KEY`` as there)."""
 
-    def __init__(self, base_url: str, *, agent_id: str, api_key: str = "", **options: Any) -> None:
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        agent_id: str,
+        api_key: str | None = None,
+        **options: Any,
+    ) -> None:
         self.client = ZeroLockClient(base_url, agent_id=agent_id, api_key=api_key, **options)
 
     async def __aenter__(self) -> ApprovalClient:
@@ -41,12 +49,24 @@ class ApprovalClient:
         )
 
     async def wait_for_approval(
-        self, approval_id: str, *, timeout_seconds: float = 3600, poll_seconds: float = 5.0
+        self,
+        approval_id: str,
+        *,
+        poll_interval_seconds: float | None = None,
+        timeout_seconds: float = 3600,
+        poll_seconds: float | None = None,
     ) -> Approval:
-        """Until the approval is decided (committed, approved, rejected, expired):
-        the ``approval_decided`` push first, polling as the fallback."""
+        """Until the approval is decided: ``status`` is then "approved" (and
+        applied: ``commit`` has the version), "rejected" (``rejection_reason``),
+        "expired", or whatever else the server says. The ``approval_decided`` push
+        ends the wait at once; polling every ``poll_interval_seconds`` (the seed's
+        name; ``poll_seconds`` is the same) is the fallback. Raises
+        ``TimeoutError`` if it is still pending after ``timeout_seconds``."""
+        if poll_interval_seconds is not None and poll_seconds is not None:
+            raise TypeError("pass poll_interval_seconds or poll_seconds, not both")
+        interval = next((p for p in (poll_interval_seconds, poll_seconds) if p is not None), 5.0)
         deadline = time.monotonic() + timeout_seconds
-        headers = {"X-API-Key": self.client.api_key, "X-Agent-Id": self.client.agent_id}
+        headers = self.client.ws_headers()
         socket = None
         with contextlib.suppress(OSError, websockets.InvalidHandshake, asyncio.TimeoutError):
             socket = await asyncio.wait_for(
@@ -60,7 +80,7 @@ class ApprovalClient:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"approval {approval_id} is still pending")
-                await self._next_push(socket, approval_id, min(poll_seconds, left))
+                await self._next_push(socket, approval_id, min(interval, left))
         finally:
             if socket is not None:
                 await socket.close()

@@ -3,13 +3,19 @@
 An entry is Fresh until the server says otherwise (an ``invalidate`` push on
 /ws/agents/ for a shard this client read) or, with ``ttl``, until it is older
 than that. Writes always go to the server, and a commit's 200 refreshes the
-entry. Without a socket the cache still honours ``ttl`` (None: no caching)."""
+entry. Without a socket the cache still honours ``ttl`` (None: no caching).
+
+The seed's options are all here: ``ws_url`` (default: the server's
+/ws/agents/), ``auto_connect_ws`` (default True here; with False, call
+``connect_ws()`` yourself), and the TTL as ``ttl`` seconds or ``ttl_ms``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +25,8 @@ import websockets
 
 from .client import ZeroLockClient
 from .models import CommitResult, Shard
+
+logger = logging.getLogger("zerolock_sdk")
 
 
 @dataclass
@@ -36,16 +44,20 @@ class CachedZeroLockClient(ZeroLockClient):
         ws_url: str | None = None,
         auto_connect_ws: bool = True,
         ttl: float | None = None,
+        ttl_ms: float | None = None,
         **options: Any,
     ) -> None:
         super().__init__(base_url, **options)
+        if ttl is not None and ttl_ms is not None:
+            raise TypeError("pass ttl (seconds) or ttl_ms, not both")
         self._ws_url = ws_url or self.ws_url
-        self.ttl = ttl
+        self.ttl = ttl_ms / 1000 if ttl_ms is not None else ttl
         self._entries: dict[str, _Entry] = {}
         self._socket: Any = None
         self._listener: asyncio.Task | None = None
         self._auto = auto_connect_ws
-        self._on_conflict: Callable[[dict[str, Any]], Any] | None = None
+        self._on_conflict: Callable[..., Any] | None = None
+        self._conflict_spread = False
         self.cache_hits = 0
 
     async def __aenter__(self) -> CachedZeroLockClient:
@@ -54,7 +66,7 @@ class CachedZeroLockClient(ZeroLockClient):
         return self
 
     async def connect_ws(self) -> None:
-        headers = {"X-API-Key": self.api_key, "X-Agent-Id": self.agent_id}
+        headers = self.ws_headers()
         self._socket = await websockets.connect(self._ws_url, additional_headers=headers)
         self._listener = asyncio.get_running_loop().create_task(self._listen())
         if self._entries:
@@ -69,10 +81,14 @@ class CachedZeroLockClient(ZeroLockClient):
             await self._socket.close()
         await super().close()
 
-    def set_on_conflict(self, callback: Callable[[dict[str, Any]], Any]) -> None:
-        """``callback(event)`` for each ``conflict_notify``: shard_id, version,
-        winning_value, rejected_value, diff."""
+    def set_on_conflict(self, callback: Callable[..., Any]) -> None:
+        """Called (sync or async) for each ``conflict_notify`` this agent gets.
+        A callback taking one argument gets the event dict (``shard_id``,
+        ``version``, ``winning_value``, ``rejected_value``, ``diff``); one taking
+        more, or ``*args``, gets the seed's five: ``(shard_id, version, winning,
+        rejected, diff)``."""
         self._on_conflict = callback
+        self._conflict_spread = _takes_five(callback)
 
     def _usable(self, entry: _Entry | None) -> bool:
         if entry is None or not entry.fresh:
@@ -126,7 +142,38 @@ class CachedZeroLockClient(ZeroLockClient):
                 elif event.get("type") == "conflict_notify":
                     self.invalidate(event["shard_id"])
                     if self._on_conflict is not None:
-                        outcome = self._on_conflict(event)
-                        if asyncio.iscoroutine(outcome):
-                            await outcome
+                        await self._call_on_conflict(event)
         self._socket = None  # fall back to ttl (or no caching)
+
+    async def _call_on_conflict(self, event: dict[str, Any]) -> None:
+        # A failing callback is logged, not raised: raising here would end the
+        # listener, and with it every invalidation this cache relies on.
+        try:
+            outcome = (
+                self._on_conflict(
+                    event["shard_id"],
+                    event.get("version"),
+                    event.get("winning_value"),
+                    event.get("rejected_value"),
+                    event.get("diff"),
+                )
+                if self._conflict_spread
+                else self._on_conflict(event)
+            )
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception:
+            logger.exception("on_conflict callback failed for %s", event.get("shard_id"))
+
+
+def _takes_five(callback: Callable[..., Any]) -> bool:
+    """Whether a conflict callback wants the seed's five arguments rather than
+    the event dict: it has ``*args`` or more than one positional parameter."""
+    try:
+        parameters = inspect.signature(callback).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: one argument
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return True
+    return sum(p.kind in positional for p in parameters) > 1

@@ -8,32 +8,60 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Unpack
 
 import httpx
 
-from .errors import RateLimitedError, ZeroLockError, error_from
-from .models import Approval, CommitResult, CreateShardOptions, Lease, Shard, TxnResult
+from .errors import MissingApiKeyError, RateLimitedError, ZeroLockError, error_from
+from .models import (
+    Approval,
+    CommitOptions,
+    CommitResult,
+    CreateShardOptions,
+    Lease,
+    Shard,
+    TxnResult,
+)
+
+URL_ENV, KEY_ENV = "ZEROLOCK_URL", "ZEROLOCK_API_KEY"
+DEFAULT_URL = "http://127.0.0.1:8000"  # where `make run` listens
+# The only paths the server answers without a key: probes and the API's own docs.
+PUBLIC_PATHS = frozenset({"/api/health", "/api/schema", "/api/docs"})
+
+
+def resolve_url(base_url: str | None) -> str:
+    """The URL given, else ``$ZEROLOCK_URL``, else the local ``make run`` server."""
+    return (base_url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
+
+
+def resolve_api_key(api_key: str | None) -> str:
+    """The key given, else ``$ZEROLOCK_API_KEY``; "" when there is none (the first
+    call that needs one then raises ``MissingApiKeyError`` saying how to set it)."""
+    return api_key or os.environ.get(KEY_ENV, "")
 
 
 class ZeroLockClient:
-    """``async with ZeroLockClient(url, agent_id="planner", api_key=KEY) as zl: ...``"""
+    """``async with ZeroLockClient(url, agent_id="planner") as zl: ...``
+
+    ``base_url`` defaults to ``$ZEROLOCK_URL`` (then ``http://127.0.0.1:8000``),
+    ``api_key`` to ``$ZEROLOCK_API_KEY``."""
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | None = None,
         *,
         agent_id: str = "",
-        api_key: str = "",
+        api_key: str | None = None,
         timeout: float = 30.0,
         max_rate_limit_retries: int = 3,
         max_retry_wait: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = resolve_url(base_url)
         self.agent_id = agent_id
-        self.api_key = api_key
+        self.api_key = api_key = resolve_api_key(api_key)
         self.max_rate_limit_retries = max_rate_limit_retries
         self.max_retry_wait = max_retry_wait
         headers = {"X-API-Key": api_key} if api_key else {}
@@ -64,6 +92,10 @@ class ZeroLockClient:
         params: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> Any:
+        if not self.api_key and path.split("?")[0] not in PUBLIC_PATHS:
+            # Refused here rather than sent: a keyless request can only get a 401,
+            # and each one is an auth failure in the server's audit log.
+            raise MissingApiKeyError()
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         for attempt in range(self.max_rate_limit_retries + 1):
             self.requests_sent += 1
@@ -128,6 +160,17 @@ class ZeroLockClient:
             idempotency_key=idempotency_key,
         )
         return CommitResult.from_json(data)
+
+    async def commit_shard(
+        self,
+        shard_id: str,
+        new_value: Any,
+        expected_version: int,
+        **options: Unpack[CommitOptions],
+    ) -> CommitResult:
+        """The seed's name and argument order for ``commit``: the value, then the
+        version it was based on; ``options`` are ``commit``'s keywords."""
+        return await self.commit(shard_id, expected_version, new_value, **options)
 
     async def _additive(self, shard_id: str, body: dict[str, Any], key: str | None) -> CommitResult:
         data = await self.request(
@@ -246,6 +289,8 @@ class ZeroLockClient:
     ) -> AsyncIterator[dict[str, Any]]:
         """Every change under ``prefix`` after revision ``since``, then live ones
         (server-sent events; resume with the last ``revision`` you saw)."""
+        if not self.api_key:
+            raise MissingApiKeyError()
         params: dict[str, Any] = {"prefix": prefix}
         if since is not None:
             params["since"] = since
@@ -279,6 +324,15 @@ class ZeroLockClient:
             return await self.request("GET", "/api/health")
         except ZeroLockError as error:
             return {"status": "degraded", **error.details}
+
+    def ws_headers(self) -> dict[str, str]:
+        """The handshake headers for /ws/agents/ (raises if there is no key)."""
+        if not self.api_key:
+            raise MissingApiKeyError()
+        headers = {"X-API-Key": self.api_key}
+        if self.agent_id:
+            headers["X-Agent-Id"] = self.agent_id
+        return headers
 
     @property
     def ws_url(self) -> str:

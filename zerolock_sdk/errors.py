@@ -69,6 +69,21 @@ class AuthenticationError(ZeroLockError):
     """401: no key, an unknown, revoked or expired key."""
 
 
+class MissingApiKeyError(AuthenticationError):
+    """No key was passed and ``$ZEROLOCK_API_KEY`` is not set. Raised by the
+    client before anything is sent (``status`` 0: the server never saw it)."""
+
+    MESSAGE = (
+        "No ZeroLock API key. Set one in the environment (export ZEROLOCK_API_KEY=zl_...) "
+        "or pass api_key=... to the client. The first `make run` prints an admin key; "
+        "make more with `python manage.py createapikey NAME --permissions "
+        "shard:read,shard:write,shard:create`."
+    )
+
+    def __init__(self) -> None:
+        super().__init__("NO_API_KEY", self.MESSAGE, 0)
+
+
 class NotFoundError(ZeroLockError):
     """404: no such shard, approval, lease or path."""
 

@@ -70,7 +70,9 @@ class FileLock:
             "value": {"holder": self.agent_id, "expires_at": now + self.hold_seconds},
         }
 
-    async def acquire(self, path: str, timeout_seconds: float = 30.0) -> None:
+    async def acquire(self, path: str, timeout_seconds: float = 30.0) -> bool:
+        """True once held (so the seed's ``if not await lock.acquire(...)`` reads
+        right); raises ``LockTimeout`` if still held by someone else at the end."""
         deadline = time.monotonic() + timeout_seconds
         delay = 0.02
         while not await self.try_acquire(path):
@@ -78,6 +80,7 @@ class FileLock:
                 raise LockTimeout(f"{path} is held by someone else")
             await asyncio.sleep(delay * random.uniform(0.5, 1.5))
             delay = min(delay * 2, 1.0)
+        return True
 
     async def release(self, path: str) -> bool:
         result = await self.client.txn(
@@ -110,15 +113,57 @@ class FileLock:
 
 
 class FileLocker:
-    """``async with FileLocker(lock, "src/app.py"): ...``"""
+    """Holds locks for the length of an ``async with``, in two shapes:
 
-    def __init__(self, lock: FileLock, *paths: str, timeout_seconds: float = 30.0) -> None:
-        self.lock, self.paths, self.timeout = lock, paths, timeout_seconds
+    - ours: ``async with FileLocker(lock, "a.py", "b.py", timeout_seconds=30): ...``
+      on a ``FileLock`` you already have;
+    - the seed's: ``async with FileLocker(gateway, agent_id, locks_shard, file_path,
+      timeout=30.0) as locker: ...``, which opens (and closes) its own client.
+
+    A lock not had in time raises ``LockTimeout`` (a ``TimeoutError``)."""
+
+    def __init__(
+        self,
+        lock: FileLock | str | None,
+        *paths: str,
+        timeout_seconds: float = 30.0,
+        timeout: float | None = None,
+    ) -> None:
+        self.timeout = timeout if timeout is not None else timeout_seconds
+        self._gateway: tuple[str | None, str, str] | None = None
+        if isinstance(lock, FileLock):
+            self.lock: FileLock | None = lock
+            self.paths = paths
+        else:  # the seed's (gateway, agent_id, locks_shard, file_path)
+            if len(paths) != 3:
+                raise TypeError("FileLocker(gateway, agent_id, locks_shard, file_path)")
+            agent_id, locks_shard, file_path = paths
+            self.lock, self.paths = None, (file_path,)
+            self._gateway = (lock, agent_id, locks_shard)
+        self._own_client: ZeroLockClient | None = None
 
     async def __aenter__(self) -> FileLocker:
-        await self.lock.acquire_multiple(self.paths, self.timeout)
+        if self._gateway is not None:
+            gateway, agent_id, locks_shard = self._gateway
+            self._own_client = ZeroLockClient(gateway, agent_id=agent_id)
+            self.lock = FileLock(self._own_client, locks_shard, agent_id)
+        assert self.lock is not None
+        try:
+            await self.lock.acquire_multiple(self.paths, self.timeout)
+        except BaseException:
+            await self._close()
+            raise
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        for path in sorted(set(self.paths), reverse=True):
-            await self.lock.release(path)
+        assert self.lock is not None
+        try:
+            for path in sorted(set(self.paths), reverse=True):
+                await self.lock.release(path)
+        finally:
+            await self._close()
+
+    async def _close(self) -> None:
+        if self._own_client is not None:
+            await self._own_client.close()
+            self._own_client = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, TypedDict
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,15 @@ class CreateShardOptions:
         if self.value_schema is not None:
             body["value_schema"] = self.value_schema
         return body
+
+
+class CommitOptions(TypedDict, total=False):
+    """The keyword options of ``commit`` / ``commit_shard`` (all optional)."""
+
+    read_set: dict[str, int]
+    approval_id: str
+    fence: int
+    idempotency_key: str
 
 
 @dataclass(frozen=True)
@@ -70,10 +79,35 @@ class CommitResult:
         return cls(data["version"], data.get("value"), data["audit_entry_id"])
 
 
+class ApprovalStatus:
+    """The statuses an ``Approval`` reports. ``APPROVED`` means approved *and
+    applied* (the seed's meaning; the server calls that ``committed``). Any other
+    word the server sends is passed through unchanged, so a status this SDK does
+    not know can never read as approved."""
+
+    PENDING: Final = "pending"
+    APPROVED: Final = "approved"
+    REJECTED: Final = "rejected"
+    EXPIRED: Final = "expired"
+    # Approved by its deciders, but the write could not be applied (the shard moved
+    # on after the request). Only reported for servers that say ``approved`` with
+    # ``commit.error``; newer servers name this state themselves.
+    STALE: Final = "stale"
+
+
+def _sdk_status(server_status: str, commit: dict[str, Any] | None) -> str:
+    if server_status == "committed":
+        return ApprovalStatus.APPROVED
+    if server_status == "approved" and (commit or {}).get("error"):
+        return ApprovalStatus.STALE
+    return server_status
+
+
 @dataclass(frozen=True)
 class Approval:
     id: str
     shard_id: str
+    # "approved" once approved and applied; ``server_status`` keeps the server's word.
     status: str
     description: str
     requested_by: str
@@ -87,18 +121,30 @@ class Approval:
     # ``diff_omitted`` then says why. An empty list means "no change".
     diff: list[dict[str, Any]] | None = field(default_factory=list)
     diff_omitted: str | None = None
+    server_status: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def is_decided(self) -> bool:
-        return self.status != "pending"
+        return self.status != ApprovalStatus.PENDING
+
+    @property
+    def applied(self) -> bool:
+        """True once the approved value was written (``commit`` has its version)."""
+        return self.server_status == "committed"
+
+    @property
+    def rejection_reason(self) -> str | None:
+        """The decider's reason when rejected (the seed's name); None otherwise."""
+        return self.reason if self.status == ApprovalStatus.REJECTED else None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Approval:
+        server_status = data["status"]
         return cls(
             id=data["id"],
             shard_id=data["shard_id"],
-            status=data["status"],
+            status=_sdk_status(server_status, data.get("commit")),
             description=data.get("description", ""),
             requested_by=data.get("requested_by", ""),
             proposed_value=data.get("proposed_value"),
@@ -109,8 +155,41 @@ class Approval:
             stale=data.get("stale", False),
             diff=data.get("diff") if data.get("diff_truncated") else data.get("diff") or [],
             diff_omitted=data.get("diff_omitted"),
+            server_status=server_status,
             raw=data,
         )
+
+
+class Task(str):
+    """A task in a queue shard, as ``get_pending_tasks`` returns it: the task id
+    itself (a ``str``, so code that treats tasks as ids keeps working) with
+    ``.id`` and the task's fields in ``.data``."""
+
+    data: dict[str, Any]
+
+    def __new__(cls, task_id: str, data: dict[str, Any] | None = None) -> Task:
+        task = super().__new__(cls, task_id)
+        task.data = dict(data or {})
+        return task
+
+    @property
+    def id(self) -> str:
+        return str(self)
+
+    @property
+    def status(self) -> str | None:
+        return self.data.get("status")
+
+    def __repr__(self) -> str:
+        return f"Task({str(self)!r}, {self.data!r})"
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    task_id: str
+    claimed: bool
+    holder: str | None
+    task: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

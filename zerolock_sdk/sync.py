@@ -16,7 +16,7 @@ from .client import ZeroLockClient
 class SyncZeroLockClient:
     """``with SyncZeroLockClient(url, agent_id="script", api_key=KEY) as zl: zl.get_shard("x")``"""
 
-    def __init__(self, base_url: str, **options: Any) -> None:
+    def __init__(self, base_url: str | None = None, **options: Any) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="zerolock-sync", daemon=True
@@ -25,11 +25,17 @@ class SyncZeroLockClient:
         self._client: ZeroLockClient = self._call(self._make(base_url, options))
 
     @staticmethod
-    async def _make(base_url: str, options: dict[str, Any]) -> ZeroLockClient:
+    async def _make(base_url: str | None, options: dict[str, Any]) -> ZeroLockClient:
         return ZeroLockClient(base_url, **options)
 
     def _call(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def call(self, helper: Any, *args: Any, **kwargs: Any) -> Any:
+        """Runs an async helper that takes a client first (``claim_task``,
+        ``get_pending_tasks``, ...) on this client, blocking:
+        ``zl.call(claim_task, "queue", "t1")``."""
+        return self._call(helper(self._client, *args, **kwargs))
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._client, name)

@@ -7,24 +7,31 @@ instead: write with the version read, wait, re-read, decide."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any
 
 from .client import ZeroLockClient
 from .errors import NotFoundError, StaleCommitError
+from .models import ClaimResult, Task
+
+__all__ = [
+    "ClaimResult",
+    "Task",
+    "claim_task",
+    "complete_task",
+    "fail_task",
+    "get_pending_tasks",
+]
 
 
-@dataclass(frozen=True)
-class ClaimResult:
-    task_id: str
-    claimed: bool
-    holder: str | None
-    task: dict[str, Any] | None = None
-
-
-async def get_pending_tasks(client: ZeroLockClient, shard_id: str) -> list[str]:
+async def get_pending_tasks(client: ZeroLockClient, shard_id: str) -> list[Task]:
+    """The pending tasks, sorted by id: each has ``.id`` and ``.data`` (and, being
+    a ``str``, still compares equal to its id)."""
     shard = await client.get_shard(shard_id)
-    return sorted(t for t, v in (shard.value or {}).items() if v.get("status") == "pending")
+    return [
+        Task(task_id, task)
+        for task_id, task in sorted((shard.value or {}).items())
+        if isinstance(task, dict) and task.get("status") == "pending"
+    ]
 
 
 async def claim_task(
@@ -34,8 +41,11 @@ async def claim_task(
     agent_id: str | None = None,
     *,
     lease_id: str | None = None,
+    idempotency_key: str | None = None,
 ) -> ClaimResult:
-    agent = agent_id or client.agent_id
+    """Claims a pending task: one transaction that wins, or says who holds it.
+    With ``idempotency_key``, a retry of a claim that won replays that win."""
+    task_id, agent = str(task_id), agent_id or client.agent_id
     holder_op: dict[str, Any] = {
         "op": "put",
         "shard_id": shard_id,
@@ -59,6 +69,7 @@ async def claim_task(
                 holder_op,
             ],
             failure=[{"op": "get", "shard_id": shard_id, "path": [task_id]}],
+            idempotency_key=idempotency_key,
         )
     except NotFoundError as error:
         if error.code == "SHARD_NOT_FOUND":
@@ -91,7 +102,12 @@ async def _claim_by_rereading(
 
 
 async def _finish(
-    client: ZeroLockClient, shard_id: str, task_id: str, status: str, extra: dict[str, Any]
+    client: ZeroLockClient,
+    shard_id: str,
+    task_id: str,
+    status: str,
+    extra: dict[str, Any],
+    agent_id: str | None = None,
 ) -> bool:
     result = await client.txn(
         compare=[
@@ -99,7 +115,7 @@ async def _finish(
                 "shard_id": shard_id,
                 "path": [task_id, "holder"],
                 "op": "==",
-                "value": client.agent_id,
+                "value": agent_id or client.agent_id,
             }
         ],
         success=[
@@ -114,12 +130,17 @@ async def _finish(
 
 
 async def complete_task(
-    client: ZeroLockClient, shard_id: str, task_id: str, result: Any = None
+    client: ZeroLockClient,
+    shard_id: str,
+    task_id: str,
+    agent_id: str | None = None,
+    *,
+    result: Any = None,
 ) -> bool:
-    """Marks a task you hold done; False if you do not hold it (any more)."""
-    return await _finish(
-        client, shard_id, task_id, "done", {"result": result} if result is not None else {}
-    )
+    """Marks a task ``agent_id`` (default: the client's agent) holds done, with an
+    optional ``result``; False if it does not hold it (any more)."""
+    extra = {"result": result} if result is not None else {}
+    return await _finish(client, shard_id, task_id, "done", extra, agent_id)
 
 
 async def fail_task(

@@ -230,7 +230,8 @@ def test_an_agent_waits_for_a_decision_and_gets_the_commit(live_server_url):
                 approval.id, timeout_seconds=10, poll_seconds=30
             )
             await helper
-            assert decided.status == "committed" and decided.commit["version"] == 2
+            assert decided.status == "approved" and decided.server_status == "committed"
+            assert decided.applied and decided.commit["version"] == 2
             assert (await approvals.client.get_shard("payments")).value == [
                 {"to": "acme", "amount": 10}
             ]

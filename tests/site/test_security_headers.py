@@ -7,8 +7,8 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 
-from tests.conftest import server_env, start_server, stop_server
 from tests.access.test_key_admin_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.conftest import server_env, start_server, stop_server
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 

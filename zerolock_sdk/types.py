@@ -1,0 +1,29 @@
+"""The option and result types, under the module name the reference documents
+use (``from zerolock_sdk.types import CreateShardOptions``). They are defined in
+``zerolock_sdk.models``; both imports give the same classes."""
+
+from .models import (
+    Approval,
+    ApprovalStatus,
+    ClaimResult,
+    CommitOptions,
+    CommitResult,
+    CreateShardOptions,
+    Lease,
+    Shard,
+    Task,
+    TxnResult,
+)
+
+__all__ = [
+    "Approval",
+    "ApprovalStatus",
+    "ClaimResult",
+    "CommitOptions",
+    "CommitResult",
+    "CreateShardOptions",
+    "Lease",
+    "Shard",
+    "Task",
+    "TxnResult",
+]
