@@ -88,7 +88,7 @@ def stored_diff(approval: Approval) -> ApprovalDiff:
 
 
 def approval_diff(approval: Approval, now: ShardNow | None) -> ApprovalDiff:
-    """The patch against the shard's current value (DESIGN.md: GET /api/approvals/{id}).
+    """The patch against the shard's current value (GET /api/approvals/{id}, docs/api.md).
     Without a shard (deleted), the stored one."""
     if now is None or unmoved(approval, now):
         return stored_diff(approval)

@@ -1,4 +1,4 @@
-"""Approval requests for irreversible changes (DESIGN.md section 5)."""
+"""Approval requests for irreversible changes."""
 
 from __future__ import annotations
 

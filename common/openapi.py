@@ -1,4 +1,4 @@
-"""The error answers of /api/ in the OpenAPI document (DESIGN.md section 3).
+"""The error answers of /api/ in the OpenAPI document (docs/api.md, "Errors").
 
 Every endpoint may answer 400, 401, 403, 404, 413, 415 and 429 in the one error
 envelope (shards/errors.py), so one postprocessing hook lists them on every /api/

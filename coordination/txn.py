@@ -1,4 +1,4 @@
-"""Transactions over shards (DESIGN.md section 7), in the style of etcd and Concord:
+"""Transactions over shards (docs/api.md), in the style of etcd and Concord:
 ``compare`` predicates decide whether the ``success`` or the ``failure`` operations
 run, all inside one write transaction. A task claim is one request that either
 wins or reads back who holds the task."""

@@ -1,5 +1,5 @@
-"""The agent WebSocket channel, /ws/agents/ (DESIGN.md section 4.1), and the
-pages' read-only channel, /ws/live/ (section 4.3)."""
+"""The agent WebSocket channel, /ws/agents/ (docs/api.md), and the
+pages' read-only channel, /ws/live/."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Yjs sync for additive shards, /ws/crdt/{shard_id} (DESIGN.md section 4.2).
+"""Yjs sync for additive shards, /ws/crdt/{shard_id} (docs/api.md).
 
 pycrdt-websocket's Channels consumer speaks the protocol; this subclass adds
 what a shared server needs: the API key, the shard's rules, and the database as
