@@ -153,14 +153,7 @@ class ShardYjsConsumer(YjsConsumer):
 
     async def crdt_deleted(self, event: dict[str, Any]) -> None:
         """The shard was deleted: this socket's state belongs to a shard that is gone."""
-        await self.refuse(
-            ApiError(
-                404,
-                "SHARD_NOT_FOUND",
-                f"Shard {event['shard_id']!r} was deleted.",
-                shard_id=event["shard_id"],
-            )
-        )
+        await self.refuse(ShardNotFound(event["shard_id"], deleted=True))
 
     async def refuse(self, error: ApiError) -> None:
         await self.send(text_data=json.dumps(error.envelope()))
