@@ -1,6 +1,17 @@
 from django.contrib import admin
+from django.utils.html import format_html
 
-from .models import Approval, ApprovalDecision
+from .models import Approval, ApprovalDecision, ApprovalStatus, status_label
+
+# Amber for "approved - not applied (stale)": nothing was written, so it must not
+# read like the green of a change that happened.
+STATUS_COLOURS = {
+    ApprovalStatus.COMMITTED: "#1f7a4d",
+    ApprovalStatus.APPROVED: "#1f7a4d",
+    ApprovalStatus.APPROVED_STALE: "#7a4b00; background:#ffe8b3; padding:0 .4em",
+    ApprovalStatus.REJECTED: "#a12a2a",
+    ApprovalStatus.EXPIRED: "#a12a2a",
+}
 
 
 class DecisionInline(admin.TabularInline):
@@ -28,10 +39,20 @@ class ApprovalAdmin(admin.ModelAdmin):
     """Read-only: approvals are decided in the console (/console/), where the
     rules (self-approval, expiry, quorum, the commit) are applied."""
 
-    list_display = ["id", "shard_id", "status", "requested_by", "created_at", "expires_at"]
+    list_display = ["id", "shard_id", "status_shown", "requested_by", "created_at", "expires_at"]
     list_filter = ["status"]
     search_fields = ["id", "shard_id", "requested_by", "description"]
     inlines = [DecisionInline]
+
+    @admin.display(description="status", ordering="status")
+    def status_shown(self, approval: Approval) -> str:
+        status = approval.effective_status
+        return format_html(
+            '<span class="approval-status" data-status="{}" style="color:{}">{}</span>',
+            status,
+            STATUS_COLOURS.get(status, "inherit"),
+            status_label(status),
+        )
 
     def has_add_permission(self, request) -> bool:
         return False

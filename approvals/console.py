@@ -54,7 +54,7 @@ def queue_rows(request: HttpRequest) -> HttpResponse:
 
 
 def _queue_context() -> dict:
-    approvals = list(Approval.objects.pending().newest_first()[:200])
+    approvals = list(Approval.objects.pending().newest_first().with_decisions()[:200])
     versions = dict(
         Shard.objects.filter(pk__in={a.shard_id for a in approvals}).values_list("id", "version")
     )
@@ -64,6 +64,26 @@ def _queue_context() -> dict:
     return {"approvals": approvals, "now": timezone.now()}
 
 
+def _approvers(approval: Approval) -> list[str]:
+    """Who has approved so far, by the names people know them by."""
+    return [
+        d.principal_name or d.decider.split(":", 1)[-1]
+        for d in approval.decisions.all()
+        if d.approve and d.counts
+    ]
+
+
+def _next_pending(approval_id: str) -> str | None:
+    """The request to go to after deciding this one: the next to expire."""
+    return (
+        Approval.objects.pending()
+        .exclude(pk=approval_id)
+        .order_by("expires_at", "created_at", "id")
+        .values_list("id", flat=True)
+        .first()
+    )
+
+
 @login_required
 @require_GET
 def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
@@ -71,31 +91,40 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
     approval = Approval.objects.with_decisions().filter(pk=approval_id).first()
     if approval is None:
         return render(request, "console/missing.html", {"approval_id": approval_id}, status=404)
-    current = Shard.objects.filter(pk=approval.shard_id).values("version", "value").first()
+    current = (
+        Shard.objects.filter(pk=approval.shard_id).values("version", "value", "reversible").first()
+    )
     current_value = shown(current["value"] if current else None)
     proposed_value = shown(approval.proposed_value)
+    status = approval.effective_status
     stale = current is None or current["version"] != approval.expected_version
     trail = list(AuditEntry.objects.filter(details__approval_id=approval.id).order_by("id"))
     for entry in trail:
         entry.details_json = json.dumps(entry.details, sort_keys=True)
+    decisions = list(approval.decisions.all())
+    mine = next((d for d in decisions if d.principal == f"user:{request.user.pk}"), None)
+    pending = status == ApprovalStatus.PENDING
     return render(
         request,
         "console/detail.html",
         {
             "approval": approval,
-            "status": approval.effective_status,
+            "status": status,
             "current": current,
-            "stale": stale and approval.effective_status == ApprovalStatus.PENDING,
+            "stale": stale and pending,
             "diff": shown_diff(current_value, proposed_value),
             "value_at_request": shown(approval.value_at_request).text,
             "current_value": current_value.text,
             "proposed_value": proposed_value.text,
             "drifted": current is not None and current["version"] != approval.version_at_request,
-            "decisions": approval.decisions.all(),
+            "decisions": decisions,
             "approvals_counted": approval.approvals_counted(),
+            "approvers": _approvers(approval),
+            "my_decision": mine,
             "trail": trail,
-            "can_decide": _can_decide(request)
-            and approval.effective_status == ApprovalStatus.PENDING,
+            "irreversible": current is not None and not current["reversible"],
+            "can_decide": _can_decide(request) and pending and mine is None,
+            "next_id": _next_pending(approval.id),
         },
     )
 
@@ -110,6 +139,23 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     if action not in ("approve", "reject"):
         messages.error(request, "Choose approve or reject.")
         return redirect("console-detail", approval_id=approval_id)
+    if action == "approve" and request.POST.get("override_stale") != "yes":
+        # A stale request would not apply: approving it needs the officer to say
+        # they mean it, having seen the three values (the page asks for that).
+        row = Approval.objects.filter(pk=approval_id).values("shard_id", "expected_version").first()
+        if row is not None:
+            version = (
+                Shard.objects.filter(pk=row["shard_id"]).values_list("version", flat=True).first()
+            )
+            if version != row["expected_version"]:
+                messages.error(
+                    request,
+                    f"The shard has moved on (expected v{row['expected_version']}, now "
+                    f"{'v' + str(version) if version is not None else 'deleted'}): the change "
+                    "would not apply. Reject it as stale, or confirm that you want to approve "
+                    "it anyway.",
+                )
+                return redirect("console-detail", approval_id=approval_id)
     try:
         approval = services.approval_decide(
             approval_id=approval_id,
@@ -126,11 +172,12 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
             f"Approved and committed: {approval.shard_id} is now at version "
             f"{approval.commit['version']} (audit entry {approval.commit['audit_entry_id']}).",
         )
-    elif approval.status == ApprovalStatus.APPROVED:
+    elif approval.status == ApprovalStatus.APPROVED_STALE:
         messages.warning(
             request,
-            f"Approved, but the commit did not apply: {approval.commit.get('error')} "
-            f"(the shard is at version {approval.commit.get('current_version')}). Nothing was written.",
+            f"Approved, but not applied (stale): {approval.commit.get('error')} "
+            f"(the shard is at version {approval.commit.get('current_version')}). "
+            "Nothing was written.",
         )
     elif approval.status == ApprovalStatus.REJECTED:
         messages.success(request, "Rejected. The requester has been told why.")

@@ -17,11 +17,25 @@ def new_approval_id() -> str:
 
 
 class ApprovalStatus(models.TextChoices):
-    PENDING = "pending"
-    APPROVED = "approved"
-    REJECTED = "rejected"
-    EXPIRED = "expired"
-    COMMITTED = "committed"
+    PENDING = "pending", "pending"
+    # Approved and waiting to be applied: only rows from before
+    # ``approved_stale`` existed, and tests that set it by hand.
+    APPROVED = "approved", "approved"
+    # Approved, but the commit could not apply (the shard moved on or is gone):
+    # nothing was written. Its own status so that no page, list or client can
+    # mistake it for a change that happened.
+    APPROVED_STALE = "approved_stale", "approved \u2013 not applied (stale)"
+    REJECTED = "rejected", "rejected"
+    EXPIRED = "expired", "expired"
+    COMMITTED = "committed", "committed"
+
+
+def status_label(status: str) -> str:
+    """What people read for a status string ("approved_stale" is spelled out)."""
+    try:
+        return ApprovalStatus(status).label
+    except ValueError:
+        return status
 
 
 class ApprovalQuerySet(models.QuerySet):

@@ -226,8 +226,11 @@ def _decide(
     approval.decided_at, approval.decided_by, approval.reason = now, decider.name, reason
     if approve:
         approval.commit = _apply(audit, approval, decider)
-        if "version" in approval.commit:
-            approval.status = ApprovalStatus.COMMITTED
+        approval.status = (
+            ApprovalStatus.COMMITTED
+            if "version" in approval.commit
+            else ApprovalStatus.APPROVED_STALE
+        )
     approval.save(update_fields=["status", "decided_at", "decided_by", "reason", "commit"])
     transaction.on_commit(lambda: notify.approval_changed(approval, "decided"))
 
@@ -255,7 +258,11 @@ def _apply(audit: AuditWriter, approval: Approval, decider: Decider) -> dict[str
             agent_id=decider.name,
             shard_id=approval.shard_id,
             version_before=approval.expected_version,
-            details={"approval_id": approval.id, **commit},
+            details={
+                "approval_id": approval.id,
+                "status": ApprovalStatus.APPROVED_STALE.value,
+                **commit,
+            },
         )
         return commit
     entry = audit.append(

@@ -542,7 +542,12 @@ def _approvals_end(audit: AuditWriter, shard_id: str) -> None:
     from approvals.services import approval_expire
 
     open_ = Approval.objects.filter(
-        shard_id=shard_id, status__in=[ApprovalStatus.PENDING, ApprovalStatus.APPROVED]
+        shard_id=shard_id,
+        status__in=[
+            ApprovalStatus.PENDING,
+            ApprovalStatus.APPROVED,
+            ApprovalStatus.APPROVED_STALE,
+        ],
     )
     for approval in open_.select_for_update():
         approval_expire(audit=audit, approval=approval, by="shard.delete")

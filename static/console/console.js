@@ -47,18 +47,157 @@
     if (unknown) refresh();  // a new shard: fetch the rows again
   }
 
+  // --- the detail page -------------------------------------------------------
+  // It never reloads itself: what changed elsewhere is shown in a banner, and the
+  // parts of the page that changed are fetched and swapped in around the form,
+  // so a reason being typed is never lost.
+  var detail = null;
+
+  function banner(text, kind) {
+    var el = document.getElementById("live-banner");
+    if (!el) return;
+    el.hidden = false;
+    el.className = "callout live-banner " + (kind || "warn");
+    el.textContent = text + " ";
+    var again = document.createElement("a");
+    again.href = location.href;
+    again.textContent = "Reload the page";
+    el.appendChild(again);
+    if (document.getElementById("reason") && document.getElementById("reason").value) {
+      el.appendChild(document.createTextNode(" (your reason will not be kept)"));
+    }
+  }
+
+  function decisionsClosed(why) {
+    document.querySelectorAll("#decide-form button, #decide-form input").forEach(function (b) {
+      b.disabled = true;
+    });
+    var form = document.getElementById("decide-form");
+    if (form) form.dataset.closed = why;
+    var dialog = document.getElementById("confirm-approve");
+    if (dialog && dialog.open) dialog.close();
+  }
+
+  function goStale() {
+    var section = document.getElementById("decide");
+    if (section) section.dataset.stale = "1";
+    var values = document.getElementById("three-values");
+    if (values) values.open = true;
+  }
+
+  // Fetch this page again and swap in everything but the decision form.
+  var PARTS = ["approval-status", "facts", "change", "history-parts", "stale-callout"];
+  function refreshParts() {
+    fetch(location.href, { credentials: "same-origin" }).then(function (r) { return r.text(); }).then(function (html) {
+      var fresh = new DOMParser().parseFromString(html, "text/html");
+      PARTS.forEach(function (id) {
+        var now = document.getElementById(id), then = fresh.getElementById(id);
+        if (now && then) now.replaceWith(then);
+        else if (!now && then && id === "stale-callout") {
+          var facts = document.getElementById("facts");
+          if (facts) facts.after(then);
+        }
+      });
+      var values = document.getElementById("three-values");
+      if (values && detail && detail.dataset.drifted === "1") values.open = true;
+      tick();
+    }).catch(function () { /* the banner already says what happened */ });
+  }
+
+  function onDetailEvent(event) {
+    if (!detail) return;
+    if (event.type === "shards") {
+      event.changes.forEach(function (change) {
+        if (change.shard_id !== detail.dataset.shardId) return;
+        if (String(change.version) === detail.dataset.expectedVersion) return;
+        detail.dataset.drifted = "1";
+        if (detail.dataset.status !== "pending") { refreshParts(); return; }
+        banner("The shard " + change.shard_id + " moved on to v" + change.version + " while this page was open: approving would no longer apply.", "warn");
+        goStale();
+        refreshParts();
+      });
+      return;
+    }
+    if (event.type !== "approval" || event.approval_id !== detail.dataset.approvalId) return;
+    if (submitting) return;  // our own decision: the redirect shows the result
+    if (event.event === "approved_partly") {
+      banner("Another officer approved this request: the quorum has moved.", "info");
+      refreshParts();
+      return;
+    }
+    if (event.event === "decided" && event.status !== detail.dataset.status) {
+      detail.dataset.status = event.status;
+      var label = event.status === "approved_stale" ? "approved \u2013 not applied (stale)" : event.status;
+      banner(event.status === "expired" ? "This request expired: it can no longer be decided."
+        : "Someone else decided this request while it was open: " + label + ".", event.status === "committed" ? "info" : "warn");
+      decisionsClosed(event.status);
+      refreshParts();
+    }
+  }
+
+  function expiredLocally() {
+    if (!detail || detail.dataset.status !== "pending") return;
+    var countdown = document.querySelector("#facts .countdown[data-expires]");
+    if (!countdown || Date.parse(countdown.dataset.expires) > Date.now()) return;
+    detail.dataset.status = "expired";
+    banner("This request expired: it can no longer be decided.", "warn");
+    decisionsClosed("expired");
+  }
+
+  function reasonCheck(event) {
+    var reason = document.getElementById("reason"), error = document.getElementById("reason-error");
+    if (reason.value.trim()) { error.hidden = true; reason.removeAttribute("aria-invalid"); return true; }
+    error.hidden = false;
+    reason.setAttribute("aria-invalid", "true");
+    reason.focus();
+    if (event) event.preventDefault();
+    return false;
+  }
+
+  function setUpDecision() {
+    var form = document.getElementById("decide-form");
+    if (!form) return;
+    var dialog = document.getElementById("confirm-approve");
+    var pendingApprove = null;
+    form.addEventListener("click", function (event) {
+      var button = event.target.closest("button[name=action]");
+      if (!button) return;
+      if (button.value === "reject") {
+        if (button.id === "reject-stale") {
+          var reason = document.getElementById("reason");
+          if (!reason.value.trim()) reason.value = button.dataset.reason;
+        }
+        if (!reasonCheck(event)) submitting = false;
+        return;
+      }
+      // Approving takes a second, deliberate step in a dialog.
+      event.preventDefault();
+      pendingApprove = button;
+      dialog.showModal();
+      document.getElementById("confirm-cancel").focus();
+    });
+    document.getElementById("confirm-cancel").addEventListener("click", function () { dialog.close(); });
+    document.getElementById("confirm-yes").addEventListener("click", function () {
+      dialog.close();
+      submitting = true;
+      form.requestSubmit(pendingApprove);
+    });
+    var override = document.getElementById("override-stale");
+    if (override) override.addEventListener("change", function () {
+      document.getElementById("approve-anyway").disabled = !override.checked;
+      if (override.checked) document.getElementById("three-values").open = true;
+    });
+    document.getElementById("reason").addEventListener("input", function () {
+      if (this.value.trim()) document.getElementById("reason-error").hidden = true;
+    });
+  }
+
   function onEvent(event) {
     document.dispatchEvent(new CustomEvent("zl-live", { detail: event }));
+    onDetailEvent(event);
     if (event.type === "shards") { onShards(event.changes); return; }
     if (event.type !== "approval") return;
     if (document.getElementById("queue-rows")) refresh();
-    var head = document.querySelector(".head[data-approval-id]");
-    // Not while this page is submitting its own decision: the reload would race
-    // the form's redirect and swallow the result message.
-    if (head && !submitting && head.dataset.approvalId === event.approval_id && event.event === "decided") {
-      var status = document.getElementById("approval-status");
-      if (status && status.textContent !== event.status) window.location.reload();
-    }
   }
 
   function connect(delay) {
@@ -83,8 +222,10 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () {
+    detail = document.querySelector(".head[data-approval-id]");
+    setUpDecision();
     tick();
-    setInterval(tick, 1000);
+    setInterval(function () { tick(); expiredLocally(); }, 1000);
     document.body.addEventListener("htmx:afterSwap", tick);
     connect(500);
   });
