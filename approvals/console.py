@@ -24,8 +24,10 @@ from shards.errors import ApiError
 from shards.models import AuditEntry, Shard
 
 from . import services
+from .diffs import approval_diff, shard_now, unmoved
 from .diffview import shown, shown_diff
 from .models import Approval, ApprovalStatus
+from .review import change_summary
 
 DECIDE_PERMISSION = "approvals.decide_approval"
 
@@ -102,6 +104,16 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
     for entry in trail:
         entry.details_json = json.dumps(entry.details, sort_keys=True)
     decisions = list(approval.decisions.all())
+    # The summary reads the server's RFC 6902 patch: the stored one while the
+    # shard has not moved, else one against the current value.
+    now = shard_now(approval.shard_id)
+    patch = approval_diff(approval, now)
+    base = (
+        approval.value_at_request
+        if now is None or unmoved(approval, now)
+        else (current["value"] if current else None)
+    )
+    summary = change_summary(patch.patch, base) if patch.patch is not None else None
     mine = next((d for d in decisions if d.principal == f"user:{request.user.pk}"), None)
     pending = status == ApprovalStatus.PENDING
     return render(
@@ -113,6 +125,8 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             "current": current,
             "stale": stale and pending,
             "diff": shown_diff(current_value, proposed_value),
+            "summary": summary,
+            "diff_omitted": patch.omitted,
             "value_at_request": shown(approval.value_at_request).text,
             "current_value": current_value.text,
             "proposed_value": proposed_value.text,
