@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, time, timedelta
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 from django.views.decorators.http import require_GET, require_POST
@@ -27,7 +29,7 @@ from . import services
 from .diffs import approval_diff, shard_now, unmoved
 from .diffview import shown, shown_diff
 from .models import Approval, ApprovalStatus
-from .review import change_summary
+from .review import change_summary, first_change
 
 DECIDE_PERMISSION = "approvals.decide_approval"
 
@@ -41,29 +43,126 @@ def _can_decide(request: HttpRequest) -> bool:
     return request.user.has_perm(DECIDE_PERMISSION)
 
 
+SORTS = {
+    # Time left first: what expires soonest is what needs a decision first.
+    "time_left": ("expires_at", "created_at", "id"),
+    "age": ("created_at", "id"),  # oldest first
+    "newest": ("-created_at", "-id"),
+}
+QUEUE_LIMIT = 200
+
+
+def _queue_filters(request: HttpRequest) -> dict[str, str]:
+    filters = {
+        name: request.GET.get(name, "").strip()[:128]
+        for name in ("sort", "shard", "requester", "within", "stale")
+    }
+    if filters["sort"] not in SORTS:
+        filters["sort"] = "time_left"
+    if not filters["within"].isdigit():
+        filters["within"] = ""
+    filters["stale"] = "1" if filters["stale"] in ("1", "on", "yes") else ""
+    return filters
+
+
 @login_required
 @require_GET
 def queue(request: HttpRequest) -> HttpResponse:
     _watcher(request)
-    return render(request, "console/queue.html", _queue_context())
+    return render(request, "console/queue.html", _queue_context(request))
 
 
 @login_required
 @require_GET
 def queue_rows(request: HttpRequest) -> HttpResponse:
     _watcher(request)
-    return render(request, "console/_queue_rows.html", _queue_context())
+    return render(request, "console/_queue_rows.html", _queue_context(request))
 
 
-def _queue_context() -> dict:
-    approvals = list(Approval.objects.pending().newest_first().with_decisions()[:200])
+@login_required
+@require_GET
+def pending_count(request: HttpRequest) -> JsonResponse:
+    """For the navigation badge and the tab title, refreshed on live events."""
+    _watcher(request)
+    return JsonResponse({"pending": Approval.objects.pending().count()})
+
+
+def _queue_context(request: HttpRequest) -> dict:
+    filters = _queue_filters(request)
+    now = timezone.now()
+    approvals = Approval.objects.pending(now)
+    if filters["shard"]:
+        approvals = approvals.filter(shard_id__startswith=filters["shard"])
+    if filters["requester"]:
+        approvals = approvals.filter(requested_by=filters["requester"])
+    if filters["within"]:
+        minutes = min(int(filters["within"]), 7 * 24 * 60)
+        approvals = approvals.filter(expires_at__lte=now + timedelta(minutes=minutes))
+    approvals = list(
+        approvals.order_by(*SORTS[filters["sort"]]).with_decisions()[: QUEUE_LIMIT * 2]
+    )
     versions = dict(
         Shard.objects.filter(pk__in={a.shard_id for a in approvals}).values_list("id", "version")
     )
     for approval in approvals:
         approval.current_version = versions.get(approval.shard_id)
         approval.stale = approval.current_version != approval.expected_version
-    return {"approvals": approvals, "now": timezone.now()}
+        approval.preview, approval.preview_more = first_change(
+            approval.diff, approval.value_at_request
+        )
+    if filters["stale"]:
+        approvals = [a for a in approvals if a.stale]
+    return {
+        "approvals": approvals[:QUEUE_LIMIT],
+        "now": now,
+        "filters": filters,
+        "sorts": [("time_left", "time left"), ("age", "oldest first"), ("newest", "newest first")],
+        "within_choices": [
+            ("5", "5 min"),
+            ("15", "15 min"),
+            ("60", "1 hour"),
+            ("240", "4 hours"),
+            ("1440", "1 day"),
+        ],
+        "can_decide": _can_decide(request),
+        "query": urlencode({k: v for k, v in filters.items() if v}),
+    }
+
+
+@login_required
+@require_POST
+def bulk_reject(request: HttpRequest) -> HttpResponse:
+    """Reject several requests with one reason. (There is no bulk approve: each
+    approval of an irreversible change takes its own confirmation.)"""
+    _watcher(request)
+    if not _can_decide(request):
+        raise PermissionDenied("Only risk officers may decide approvals.")
+    ids = request.POST.getlist("ids")[:QUEUE_LIMIT]
+    reason = request.POST.get("reason", "").strip()
+    back = redirect(f"{reverse('console-queue')}?{request.POST.get('query', '')}")
+    if not ids:
+        messages.error(request, "Select the requests to reject.")
+        return back
+    if not reason:
+        messages.error(request, "A rejection needs a reason: give one for the selected requests.")
+        return back
+    rejected, failed = 0, []
+    for approval_id in ids:
+        try:
+            services.approval_decide(
+                approval_id=approval_id,
+                decider=services.Decider.user(request.user),
+                approve=False,
+                reason=reason,
+            )
+            rejected += 1
+        except ApiError as error:
+            failed.append(f"{approval_id}: {error.code}")
+    if rejected:
+        messages.success(request, f"Rejected {rejected} request{'s' if rejected != 1 else ''}.")
+    if failed:
+        messages.error(request, "Not rejected: " + "; ".join(failed))
+    return back
 
 
 def _approvers(approval: Approval) -> list[str]:

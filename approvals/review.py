@@ -239,3 +239,26 @@ def text_diff(old: str, new: str) -> list[TextLine]:
         adds += [TextLine("add", (Segment(s, True),)) for s in added[paired:]]
         lines += dels + adds
     return lines
+
+
+def first_change(patch: list[dict[str, Any]] | None, base: Any) -> tuple[SummaryRow | None, int]:
+    """The first row of the summary and how many more, without copying ``base``
+    (the queue shows one line per request). The first operation applies to
+    ``base`` itself, so its old value is read there directly."""
+    if not patch:
+        return None, 0
+    op = patch[0]
+    path, name = op.get("path", ""), op.get("op", "")
+    old = _resolve(base, path) if name in ("remove", "replace") else _MISSING
+    new = op.get("value", _MISSING)
+    if name in ("move", "copy"):
+        new = _resolve(base, op.get("from", ""))
+    if name == "add":
+        container = _resolve(base, _parent(path))
+        last = path.rsplit("/", 1)[-1]
+        if isinstance(container, list) and (
+            last == "-" or (last.isdigit() and int(last) == len(container))
+        ):
+            name = "append"
+    row = SummaryRow(op=name, path=path, parent=_parent(path), old=_short(old), new=_short(new))
+    return row, len(patch) - 1

@@ -92,7 +92,7 @@ def test_the_queue_lists_pending_requests_newest_first_and_flags_drift(risk_offi
         expected_version=1,
         description="Close the account",
     )
-    html = signed_in(risk_officer).get("/console/queue/rows").content.decode()
+    html = signed_in(risk_officer).get("/console/queue/rows?sort=newest").content.decode()
     assert html.index(newer.id) < html.index(payment.id)
     assert "stale" not in html
     # The shard moves on (as another approved change would move it).

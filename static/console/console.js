@@ -9,8 +9,20 @@
     return (h ? h + "h " : "") + (h || m ? m + "m " : "") + s + "s";
   }
 
+  // "12 s ago" under a minute, then minutes, hours, days.
+  function ago(ms) {
+    var s = Math.max(0, Math.floor(ms / 1000));
+    if (s < 60) return s + " s ago";
+    if (s < 3600) return Math.floor(s / 60) + " min ago";
+    if (s < 86400) return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min ago";
+    return Math.floor(s / 86400) + " d ago";
+  }
+
   function tick() {
     var now = Date.now();
+    document.querySelectorAll("time.relative[datetime]").forEach(function (el) {
+      el.textContent = ago(now - Date.parse(el.getAttribute("datetime")));
+    });
     document.querySelectorAll(".countdown[data-expires]").forEach(function (el) {
       var ms = Date.parse(el.dataset.expires) - now;
       el.textContent = left(ms);
@@ -21,7 +33,7 @@
   // Pages say what they want from a push: the queue refreshes its rows (htmx, on
   // the "zl-refresh" event), a detail page reloads when its approval changed.
   var submitting = false;
-  document.addEventListener("submit", function () { submitting = true; });
+  document.addEventListener("submit", function (event) { if (!event.defaultPrevented) submitting = true; });
 
   function refresh() { document.body.dispatchEvent(new Event("zl-refresh")); }
 
@@ -192,12 +204,149 @@
     });
   }
 
+  // --- the pending count in the navigation and the tab title ----------------
+  function showPending(count) {
+    var badge = document.getElementById("pending-count");
+    if (badge) { badge.textContent = count; badge.setAttribute("aria-label", count + " pending"); }
+    document.title = (count ? "(" + count + ") " : "") + document.title.replace(/^\(\d+\) /, "");
+  }
+
+  var countTimer = null;
+  function refreshPending() {
+    var url = document.body.dataset.pendingUrl;
+    if (!url || countTimer) return;
+    countTimer = setTimeout(function () {  // a burst of requests: one fetch
+      countTimer = null;
+      fetch(url, { credentials: "same-origin" }).then(function (r) { return r.json(); })
+        .then(function (data) { showPending(data.pending); }).catch(function () {});
+    }, 150);
+  }
+
+  // --- the queue: selection that survives refreshes, keyboard shortcuts -------
+  var selectedId = null, checked = {};
+
+  function queueRows() {
+    return Array.prototype.slice.call(document.querySelectorAll("#queue-rows tr[data-approval-id]"));
+  }
+
+  function select(row) {
+    queueRows().forEach(function (r) { r.classList.remove("selected"); r.removeAttribute("aria-selected"); });
+    if (!row) { selectedId = null; return; }
+    row.classList.add("selected");
+    row.setAttribute("aria-selected", "true");
+    selectedId = row.dataset.approvalId;
+    row.scrollIntoView({ block: "nearest" });
+  }
+
+  function move(step) {
+    var rows = queueRows();
+    if (!rows.length) return;
+    var index = rows.findIndex(function (r) { return r.dataset.approvalId === selectedId; });
+    index = index < 0 ? (step > 0 ? 0 : rows.length - 1) : Math.min(rows.length - 1, Math.max(0, index + step));
+    select(rows[index]);
+  }
+
+  function selectedRow() {
+    return queueRows().find(function (r) { return r.dataset.approvalId === selectedId; });
+  }
+
+  function typing(target) {
+    return target && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
+  }
+
+  function onKey(event) {
+    if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
+    if (document.querySelector("dialog[open]")) return;  // the dialog has the keyboard
+    var key = event.key;
+    if (key === "?") { document.getElementById("shortcuts").showModal(); event.preventDefault(); return; }
+    if (document.getElementById("queue-rows")) {
+      var row = selectedRow();
+      if (key === "j") move(1);
+      else if (key === "k") move(-1);
+      else if ((key === "o" || key === "Enter") && row) location.href = row.dataset.url;
+      else if (key === "a" && row) location.href = row.dataset.url + "#approve";
+      else if (key === "r" && row) location.href = row.dataset.url + "#reject";
+      else return;
+      event.preventDefault();
+      return;
+    }
+    if (!detail) return;
+    if (key === "a") {
+      var approve = document.getElementById("approve");
+      var anyway = document.getElementById("approve-anyway");
+      var section = document.getElementById("decide");
+      var button = section && section.dataset.stale === "1" ? anyway : approve;
+      if (button && !button.disabled) button.click();
+      else if (section && section.dataset.stale === "1") document.getElementById("override-stale").focus();
+    } else if (key === "r") {
+      var reason = document.getElementById("reason");
+      if (!reason || reason.disabled) return;
+      if (reason.value.trim()) document.getElementById(document.getElementById("decide").dataset.stale === "1" ? "reject-stale" : "reject").click();
+      else reason.focus();
+    } else if (key === "n") {
+      if (detail.dataset.nextUrl) location.href = detail.dataset.nextUrl;
+      else location.href = "/console/";
+    } else return;
+    event.preventDefault();
+  }
+
+  function remember() {
+    checked = {};
+    document.querySelectorAll("#queue-rows input[name=ids]:checked").forEach(function (box) { checked[box.value] = true; });
+  }
+
+  function restore() {
+    document.querySelectorAll("#queue-rows input[name=ids]").forEach(function (box) { box.checked = !!checked[box.value]; });
+    if (selectedId) select(selectedRow() || null);
+  }
+
+  function setUpQueue() {
+    var body = document.getElementById("queue-rows");
+    if (!body) return;
+    body.addEventListener("htmx:beforeSwap", remember);
+    body.addEventListener("htmx:afterSwap", restore);
+    body.addEventListener("click", function (event) {
+      var row = event.target.closest("tr[data-approval-id]");
+      if (row && !event.target.closest("a, input")) select(row);
+    });
+    var form = document.getElementById("bulk-form");
+    if (form) form.addEventListener("submit", function (event) {
+      var any = form.querySelector("input[name=ids]:checked");
+      var reason = document.getElementById("bulk-reason");
+      var error = document.getElementById("bulk-error");
+      if (any && reason.value.trim()) { error.hidden = true; return; }
+      event.preventDefault();
+      submitting = false;
+      error.textContent = any ? "Give a reason for rejecting the selected requests." : "Select the requests to reject.";
+      error.hidden = false;
+      if (!any) return;
+      reason.setAttribute("aria-invalid", "true");
+      reason.focus();
+    });
+  }
+
   function onEvent(event) {
     document.dispatchEvent(new CustomEvent("zl-live", { detail: event }));
     onDetailEvent(event);
     if (event.type === "shards") { onShards(event.changes); return; }
     if (event.type !== "approval") return;
+    refreshPending();
     if (document.getElementById("queue-rows")) refresh();
+  }
+
+  // Arriving from the queue with "a" or "r": open the confirmation, or the reason.
+  function hashAction() {
+    if (!detail) return;
+    if (location.hash === "#approve") {
+      history.replaceState(null, "", location.pathname);
+      var section = document.getElementById("decide");
+      if (section && section.dataset.stale !== "1") document.getElementById("approve").click();
+      else if (section) document.getElementById("override-stale").focus();
+    } else if (location.hash === "#reject") {
+      history.replaceState(null, "", location.pathname);
+      var reason = document.getElementById("reason");
+      if (reason) reason.focus();
+    }
   }
 
   function connect(delay) {
@@ -224,6 +373,15 @@
   document.addEventListener("DOMContentLoaded", function () {
     detail = document.querySelector(".head[data-approval-id]");
     setUpDecision();
+    setUpQueue();
+    hashAction();
+    document.addEventListener("keydown", onKey);
+    var toggle = document.querySelector(".nav-toggle");
+    if (toggle) toggle.addEventListener("click", function () {
+      var open = toggle.getAttribute("aria-expanded") !== "true";
+      toggle.setAttribute("aria-expanded", String(open));
+      document.body.classList.toggle("nav-open", open);
+    });
     tick();
     setInterval(function () { tick(); expiredLocally(); }, 1000);
     document.body.addEventListener("htmx:afterSwap", tick);
