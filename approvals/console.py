@@ -174,6 +174,25 @@ def _approvers(approval: Approval) -> list[str]:
     ]
 
 
+def _metadata_rows(metadata: object) -> list[tuple[str, dict]]:
+    """Top-level keys in order, strings as they are, anything else as pretty
+    JSON; the template escapes both (links are shown, not followed)."""
+    if not isinstance(metadata, dict):
+        return []
+    return [
+        (
+            str(key),
+            {"is_text": True, "text": value}
+            if isinstance(value, str)
+            else {
+                "is_text": False,
+                "text": json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False),
+            },
+        )
+        for key, value in metadata.items()
+    ]
+
+
 def _next_pending(approval_id: str) -> str | None:
     """The request to go to after deciding this one: the next to expire."""
     return (
@@ -238,6 +257,7 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             "irreversible": current is not None and not current["reversible"],
             "can_decide": _can_decide(request) and pending and mine is None,
             "next_id": _next_pending(approval.id),
+            "metadata": _metadata_rows(approval.metadata),
         },
     )
 

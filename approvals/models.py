@@ -110,6 +110,12 @@ class Approval(models.Model):
     description = models.TextField()
     requested_by = models.CharField(max_length=128, db_index=True)
     requested_key_prefix = models.CharField(max_length=16, blank=True)
+    # The requesting key's name as it was at request time: a plain string, so
+    # the page can say which key asked without a link to the key's table.
+    requested_key_name = models.CharField(max_length=100, blank=True)
+    # What the agent adds for the officer (tool name, arguments, links, ticket):
+    # a JSON object, shown escaped on the detail page, never interpreted.
+    metadata = models.JSONField(default=dict, blank=True)
     proposed_value = models.JSONField(null=True)
     # SHA-256 of the canonical JSON: a commit carrying this approval must match it.
     proposed_hash = models.CharField(max_length=64)

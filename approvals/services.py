@@ -74,6 +74,8 @@ def approval_request(
     expected_version: int,
     description: str,
     ttl_seconds: int = DEFAULT_TTL_SECONDS,
+    metadata: dict[str, Any] | None = None,
+    key_name: str = "",
 ) -> Approval:
     if not MIN_TTL_SECONDS <= ttl_seconds <= MAX_TTL_SECONDS:
         raise ApiError(
@@ -104,6 +106,8 @@ def approval_request(
             description=description,
             requested_by=actor.agent_id,
             requested_key_prefix=actor.key_prefix,
+            requested_key_name=key_name,
+            metadata=metadata or {},
             proposed_value=proposed_value,
             proposed_hash=value_digest(proposed_value),
             expected_version=expected_version,

@@ -44,7 +44,9 @@ class ApprovalRequestView(APIView):
     def post(self, request: Request) -> Response:
         data = parsed(ApprovalRequestSerializer, request.data)
         shard_scope_check(request.user, data["shard_id"])
-        approval = services.approval_request(actor=actor_of(request), **data)
+        approval = services.approval_request(
+            actor=actor_of(request), key_name=request.user.key.name, **data
+        )
         # The shard as the request saw it: the answer is built from what was
         # stored and computes nothing that could fail after the store.
         return Response(approval_data(approval, at_request(approval)), status=201)
