@@ -21,9 +21,9 @@ from shards.errors import ApiError
 from shards.models import ApiKey, AuditAction, Shard, ShardType
 from shards.services import Actor, occ_apply, owner_check, shard_get, value_validate
 
-from . import notify
+from . import notify, webhooks
 from .diffs import proposed_value_check, value_diff
-from .models import Approval, ApprovalDecision, ApprovalStatus
+from .models import Approval, ApprovalDecision, ApprovalStatus, WebhookEvent
 
 DEFAULT_TTL_SECONDS = 3600
 MIN_TTL_SECONDS = 10
@@ -129,6 +129,7 @@ def approval_request(
             details={"approval_id": approval.id, "ttl_seconds": ttl_seconds},
         )
         transaction.on_commit(lambda: notify.approval_changed(approval, "requested"))
+        webhooks.emit(WebhookEvent.REQUESTED, approval)
     return approval
 
 
@@ -237,6 +238,7 @@ def _decide(
         )
     approval.save(update_fields=["status", "decided_at", "decided_by", "reason", "commit"])
     transaction.on_commit(lambda: notify.approval_changed(approval, "decided"))
+    webhooks.emit(WebhookEvent.DECIDED, approval)
 
 
 def _apply(audit: AuditWriter, approval: Approval, decider: Decider) -> dict[str, Any]:
@@ -313,6 +315,7 @@ def approval_expire(*, audit: AuditWriter, approval: Approval, by: str = "") -> 
         },
     )
     transaction.on_commit(lambda: notify.approval_changed(approval, "decided"))
+    webhooks.emit(WebhookEvent.EXPIRED, approval)
 
 
 def approval_expire_due(*, now: datetime | None = None, by: str = "") -> int:

@@ -204,6 +204,34 @@
     });
   }
 
+  // --- browser notifications, for officers who allowed them -------------------
+  // Only when the queue is not in front of them: the open queue shows it anyway.
+  function notifyOfficer(event) {
+    if (!("Notification" in window) || Notification.permission !== "granted") return;
+    if (document.getElementById("queue-rows") && !document.hidden) return;
+    try {
+      var note = new Notification("ZeroLock: a change waits for approval", {
+        body: "Shard " + event.shard_id + " · open the console to review it",
+        tag: event.approval_id,
+      });
+      note.onclick = function () { window.focus(); location.href = "/console/approvals/" + encodeURIComponent(event.approval_id); };
+    } catch (e) { /* some browsers allow notifications only from a service worker */ }
+  }
+
+  function setUpNotifications() {
+    var button = document.getElementById("enable-notifications");
+    if (!button || !("Notification" in window)) return;
+    var state = document.getElementById("notifications-state");
+    function show() {
+      var p = Notification.permission;
+      button.hidden = p !== "default";
+      if (state) state.textContent = p === "granted" ? "Desktop notifications are on for new requests."
+        : p === "denied" ? "Desktop notifications are blocked in this browser's settings." : "";
+    }
+    button.addEventListener("click", function () { Notification.requestPermission().then(show); });
+    show();
+  }
+
   // --- the pending count in the navigation and the tab title ----------------
   function showPending(count) {
     var badge = document.getElementById("pending-count");
@@ -331,6 +359,7 @@
     if (event.type === "shards") { onShards(event.changes); return; }
     if (event.type !== "approval") return;
     refreshPending();
+    if (event.event === "requested") notifyOfficer(event);
     if (document.getElementById("queue-rows")) refresh();
   }
 
@@ -374,6 +403,7 @@
     detail = document.querySelector(".head[data-approval-id]");
     setUpDecision();
     setUpQueue();
+    setUpNotifications();
     hashAction();
     document.addEventListener("keydown", onKey);
     var toggle = document.querySelector(".nav-toggle");

@@ -130,3 +130,29 @@ def test_bulk_reject_takes_one_reason_for_the_selected_requests(console, browser
     assert ids_in_queue(page) == [ids[1]]
     reasons = set(Approval.objects.filter(status="rejected").values_list("reason", flat=True))
     assert reasons == {"Duplicate requests from a looping agent"}
+
+
+def test_an_officer_who_allowed_notifications_gets_one_for_a_new_request(console, browser):
+    from playwright.sync_api import expect
+
+    page = browser(console["url"], "rita", path="/console/history")
+    page.context.grant_permissions(["notifications"], origin=console["url"])
+    # Record what the page asks the browser to show (and still show it).
+    page.evaluate(
+        """() => {
+          window.shown = [];
+          const Real = window.Notification;
+          window.Notification = function (title, options) {
+            window.shown.push({ title, body: options.body, tag: options.tag });
+            return new Real(title, options);
+          };
+          window.Notification.permission = "granted";
+        }"""
+    )
+    approval_id = console["executor"].request("budget", {"limit": 3, "note": "n"}, "Notify")
+    page.wait_for_function("window.shown.length > 0", timeout=5000)
+    shown = page.evaluate("window.shown")
+    assert shown[0]["tag"] == approval_id
+    assert "budget" in shown[0]["body"]
+    page.goto(f"{console['url']}/console/")
+    expect(page.locator("#notifications-state")).to_contain_text("notifications are on")
