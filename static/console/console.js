@@ -154,6 +154,9 @@
     detail.dataset.status = "expired";
     banner("This request expired: it can no longer be decided.", "warn");
     decisionsClosed("expired");
+    // The server reads an overdue request as expired whether or not the worker
+    // has marked it: fetch its view of the page (a moment later, past any skew).
+    setTimeout(refreshParts, 1000);
   }
 
   function reasonCheck(event) {

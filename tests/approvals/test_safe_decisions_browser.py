@@ -177,3 +177,20 @@ def test_a_second_officers_decision_shows_up_without_losing_typed_text(console, 
     expect(page.locator("#reject")).to_be_disabled()
     expect(page.locator("#approve")).to_be_disabled()
     assert page.input_value("#reason") == "A long reason I was typing"
+
+
+def test_an_open_page_shows_when_the_request_expires_and_keeps_the_typed_reason(console, browser):
+    from playwright.sync_api import expect
+
+    url, executor = console["url"], console["executor"]
+    approval_id = executor.request(
+        "budget", {"limit": 2, "note": "start"}, "Expires soon", ttl_seconds=10
+    )
+    page = browser(url, "rita", path=f"/console/approvals/{approval_id}")
+    page.fill("#reason", "Half-written thoughts")
+    expect(page.locator("#live-banner")).to_contain_text("expired", timeout=15000)
+    expect(page.locator("#approve")).to_be_disabled()
+    expect(page.locator("#reject")).to_be_disabled()
+    assert page.input_value("#reason") == "Half-written thoughts"
+    # The server marks it too (the live server sweeps while sockets are open).
+    expect(page.locator("#approval-status")).to_have_text("expired", timeout=8000)
