@@ -122,8 +122,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def state(self, obj) -> str:
         # Words, not a boolean icon: a green tick on "revoked" read as "fine".
         if obj.revoked:
-            return format_html('<span style="color:#a12a2a;font-weight:600">revoked</span>')
-        return format_html('<span style="color:#1f7a4d">active</span>')
+            return format_html('<span style="color:#a12a2a;font-weight:600">{}</span>', "revoked")
+        return format_html('<span style="color:#1f7a4d">{}</span>', "active")
 
     def response_add(self, request, obj, post_url_continue=None):
         # POST-redirect-GET: the raw key waits in the server-side session for the
