@@ -127,6 +127,12 @@ def browser(monkeypatch) -> Iterator[Callable[..., Any]]:
         return page
 
     yield page_for
+    # While Playwright's loop runs, Django keeps this test's connections in
+    # context-local storage (asgiref): close them here, or PostgreSQL refuses to
+    # drop the test database at the end ("being accessed by other users").
+    from django.db import connections
+
+    connections.close_all()
     for chromium in opened:
         chromium.close()
     playwright.stop()
