@@ -98,6 +98,9 @@ def _queue_context(request: HttpRequest) -> dict:
     if filters["within"]:
         minutes = min(int(filters["within"]), 7 * 24 * 60)
         approvals = approvals.filter(expires_at__lte=now + timedelta(minutes=minutes))
+    # Stale is known only against the shards' versions, so "stale only" filters
+    # in Python, over twice the page (a queue of more than 400 pending requests
+    # may then show fewer stale ones than it has; narrow by shard prefix).
     approvals = list(
         approvals.order_by(*SORTS[filters["sort"]]).with_decisions()[: QUEUE_LIMIT * 2]
     )
