@@ -172,7 +172,8 @@ def _minute(series: list[dict]) -> dict:
         "seconds": seconds,
         "commits_per_second": round(sum(p["commits"] for p in series) / seconds, 3),
         "conflicts_per_second": round(sum(p["conflicts"] for p in series) / seconds, 3),
-        "p99": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+        # Rounded as the charts' per-second points are (shards/metrics.py).
+        "p99": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 2)
         if latencies
         else None,
         "hot": ranked[:5],

@@ -110,6 +110,8 @@ def test_the_tiles_are_computed_over_the_seconds_the_charts_draw(viewer, planner
     assert (commits, conflicts) == (6, 1)
     assert tiles["commits_per_second"] == round(commits / len(series), 3)
     assert tiles["conflicts_per_second"] == round(conflicts / len(series), 3)
-    assert tiles["p99"] is not None and tiles["p99"] >= max(p["p99"] or 0 for p in series) * 0.999
+    # Fewer than 100 samples: the minute's p99 is its slowest commit, which is
+    # the highest per-second p99 the chart draws.
+    assert tiles["p99"] == max(p["p99"] or 0 for p in series)
     assert tiles["hot"][0] == {"shard_id": "hot.1", "commits": 5, "conflicts": 0}
     assert tiles["hot"][1] == {"shard_id": "hot.2", "commits": 1, "conflicts": 1}
