@@ -1,6 +1,9 @@
 from django import forms
 from django.contrib import admin, messages
+from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
 
 from .models import ApiKey, ApiKeyPermission
 from .services import api_key_create, api_key_revoke, api_key_update
@@ -45,7 +48,7 @@ class ApiKeyForm(forms.ModelForm):
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     form = ApiKeyForm
-    list_display = ["name", "prefix", "revoked", "expires_at", "last_used_at", "created_at"]
+    list_display = ["name", "prefix", "state", "expires_at", "last_used_at", "created_at"]
     list_filter = ["revoked", PermissionFilter, "expires_at"]
     search_fields = ["name", "prefix"]
     readonly_fields = ["prefix", "revoked", "created_at", "last_used_at"]
@@ -67,17 +70,42 @@ class ApiKeyAdmin(admin.ModelAdmin):
         obj._state.adding = False
         request._zerolock_raw_key = raw
 
+    @admin.display(description="state", ordering="revoked")
+    def state(self, obj) -> str:
+        # Words, not a boolean icon: a green tick on "revoked" read as "fine".
+        if obj.revoked:
+            return format_html('<span style="color:#a12a2a;font-weight:600">{}</span>', "revoked")
+        return format_html('<span style="color:#1f7a4d">{}</span>', "active")
+
     def response_add(self, request, obj, post_url_continue=None):
-        # The raw key goes into this one response and nowhere else (not a message
-        # cookie, not a log): it cannot be shown again.
+        # POST-redirect-GET: the raw key waits in the server-side session for the
+        # one GET that shows it (never a message cookie, never a log), so a
+        # reload neither creates a second key nor shows this one again.
+        request.session[f"zerolock-new-key:{obj.pk}"] = request._zerolock_raw_key
+        return HttpResponseRedirect(reverse("admin:access_apikey_created", args=[obj.pk]))
+
+    def get_urls(self):
+        created = path(
+            "<path:object_id>/created/",
+            self.admin_site.admin_view(self.created_view),
+            name="access_apikey_created",
+        )
+        return [created, *super().get_urls()]
+
+    def created_view(self, request, object_id):
+        key = self.get_object(request, object_id)
+        if key is None or not self.has_view_or_change_permission(request, key):
+            raise Http404("No such API key.")
         context = {
             **self.admin_site.each_context(request),
             "title": "API key created",
-            "key": obj,
-            "raw_key": request._zerolock_raw_key,
+            "key": key,
+            "raw_key": request.session.pop(f"zerolock-new-key:{key.pk}", None),
             "opts": self.model._meta,
         }
-        return TemplateResponse(request, "admin/access/apikey/created.html", context)
+        response = TemplateResponse(request, "admin/access/apikey/created.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
 
     @admin.action(description="Revoke selected API keys")
     def revoke(self, request, queryset):

@@ -1,6 +1,27 @@
+from django import forms
 from django.contrib import admin
+from django.utils.html import format_html
 
-from .models import Approval, ApprovalDecision
+from .models import (
+    Approval,
+    ApprovalDecision,
+    ApprovalStatus,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEvent,
+    WebhookSubscription,
+    status_label,
+)
+
+# Amber for "approved - not applied (stale)": nothing was written, so it must not
+# read like the green of a change that happened.
+STATUS_COLOURS = {
+    ApprovalStatus.COMMITTED: "#1f7a4d",
+    ApprovalStatus.APPROVED: "#1f7a4d",
+    ApprovalStatus.APPROVED_STALE: "#7a4b00; background:#ffe8b3; padding:0 .4em",
+    ApprovalStatus.REJECTED: "#a12a2a",
+    ApprovalStatus.EXPIRED: "#a12a2a",
+}
 
 
 class DecisionInline(admin.TabularInline):
@@ -28,10 +49,20 @@ class ApprovalAdmin(admin.ModelAdmin):
     """Read-only: approvals are decided in the console (/console/), where the
     rules (self-approval, expiry, quorum, the commit) are applied."""
 
-    list_display = ["id", "shard_id", "status", "requested_by", "created_at", "expires_at"]
+    list_display = ["id", "shard_id", "status_shown", "requested_by", "created_at", "expires_at"]
     list_filter = ["status"]
     search_fields = ["id", "shard_id", "requested_by", "description"]
     inlines = [DecisionInline]
+
+    @admin.display(description="status", ordering="status")
+    def status_shown(self, approval: Approval) -> str:
+        status = approval.effective_status
+        return format_html(
+            '<span class="approval-status" data-status="{}" style="color:{}">{}</span>',
+            status,
+            STATUS_COLOURS.get(status, "inherit"),
+            status_label(status),
+        )
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -40,4 +71,90 @@ class ApprovalAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class WebhookSubscriptionForm(forms.ModelForm):
+    """Events as checkboxes; the URL must be http(s)."""
+
+    events = forms.MultipleChoiceField(
+        choices=WebhookEvent.choices, widget=forms.CheckboxSelectMultiple
+    )
+    url = forms.URLField(max_length=500, assume_scheme="https")
+
+    class Meta:
+        model = WebhookSubscription
+        fields = ["name", "url", "events", "active", "expiring_lead_seconds", "secret"]
+
+    def clean_url(self) -> str:
+        url = self.cleaned_data["url"]
+        if not url.lower().startswith(("http://", "https://")):
+            raise forms.ValidationError("Use an http:// or https:// URL.")
+        return url
+
+
+class AttemptInline(admin.TabularInline):
+    model = WebhookAttempt
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = [
+        "number",
+        "started_at",
+        "duration_ms",
+        "status_code",
+        "ok",
+        "error",
+    ]
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(WebhookSubscription)
+class WebhookSubscriptionAdmin(admin.ModelAdmin):
+    """The only place a webhook URL is set: admins, never API callers."""
+
+    form = WebhookSubscriptionForm
+    list_display = ["name", "url", "events_shown", "active", "expiring_lead_seconds"]
+    list_filter = ["active"]
+
+    @admin.display(description="events")
+    def events_shown(self, subscription: WebhookSubscription) -> str:
+        return ", ".join(subscription.events or [])
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):
+    """Every delivery and each of its attempts, read-only."""
+
+    list_display = [
+        "id",
+        "event",
+        "subscription",
+        "approval_id",
+        "status",
+        "attempts",
+        "created_at",
+        "delivered_at",
+    ]
+    list_filter = ["status", "event", "subscription"]
+    search_fields = ["id", "approval_id"]
+    readonly_fields = [
+        "id",
+        "subscription",
+        "event",
+        "approval_id",
+        "payload",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "created_at",
+        "delivered_at",
+    ]
+    inlines = [AttemptInline]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
         return False

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, time, timedelta
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 from django.views.decorators.http import require_GET, require_POST
@@ -25,8 +27,10 @@ from common.errors import ApiError
 from shards.models import Shard
 
 from . import services
+from .diffs import approval_diff, shard_now, unmoved
 from .diffview import shown, shown_diff
 from .models import Approval, ApprovalStatus
+from .review import change_summary, first_change
 
 DECIDE_PERMISSION = "approvals.decide_approval"
 
@@ -40,29 +44,168 @@ def _can_decide(request: HttpRequest) -> bool:
     return request.user.has_perm(DECIDE_PERMISSION)
 
 
+SORTS = {
+    # Time left first: what expires soonest is what needs a decision first.
+    "time_left": ("expires_at", "created_at", "id"),
+    "age": ("created_at", "id"),  # oldest first
+    "newest": ("-created_at", "-id"),
+}
+QUEUE_LIMIT = 200
+
+
+def _queue_filters(request: HttpRequest) -> dict[str, str]:
+    filters = {
+        name: request.GET.get(name, "").strip()[:128]
+        for name in ("sort", "shard", "requester", "within", "stale")
+    }
+    if filters["sort"] not in SORTS:
+        filters["sort"] = "time_left"
+    if not filters["within"].isdigit():
+        filters["within"] = ""
+    filters["stale"] = "1" if filters["stale"] in ("1", "on", "yes") else ""
+    return filters
+
+
 @login_required
 @require_GET
 def queue(request: HttpRequest) -> HttpResponse:
     _watcher(request)
-    return render(request, "console/queue.html", _queue_context())
+    return render(request, "console/queue.html", _queue_context(request))
 
 
 @login_required
 @require_GET
 def queue_rows(request: HttpRequest) -> HttpResponse:
     _watcher(request)
-    return render(request, "console/_queue_rows.html", _queue_context())
+    return render(request, "console/_queue_rows.html", _queue_context(request))
 
 
-def _queue_context() -> dict:
-    approvals = list(Approval.objects.pending().newest_first()[:200])
+@login_required
+@require_GET
+def pending_count(request: HttpRequest) -> JsonResponse:
+    """For the navigation badge and the tab title, refreshed on live events."""
+    _watcher(request)
+    return JsonResponse({"pending": Approval.objects.pending().count()})
+
+
+def _queue_context(request: HttpRequest) -> dict:
+    filters = _queue_filters(request)
+    now = timezone.now()
+    approvals = Approval.objects.pending(now)
+    if filters["shard"]:
+        approvals = approvals.filter(shard_id__startswith=filters["shard"])
+    if filters["requester"]:
+        approvals = approvals.filter(requested_by=filters["requester"])
+    if filters["within"]:
+        minutes = min(int(filters["within"]), 7 * 24 * 60)
+        approvals = approvals.filter(expires_at__lte=now + timedelta(minutes=minutes))
+    # Stale is known only against the shards' versions, so "stale only" filters
+    # in Python, over twice the page (a queue of more than 400 pending requests
+    # may then show fewer stale ones than it has; narrow by shard prefix).
+    approvals = list(
+        approvals.order_by(*SORTS[filters["sort"]]).with_decisions()[: QUEUE_LIMIT * 2]
+    )
     versions = dict(
         Shard.objects.filter(pk__in={a.shard_id for a in approvals}).values_list("id", "version")
     )
     for approval in approvals:
         approval.current_version = versions.get(approval.shard_id)
         approval.stale = approval.current_version != approval.expected_version
-    return {"approvals": approvals, "now": timezone.now()}
+        approval.preview, approval.preview_more = first_change(
+            approval.diff, approval.value_at_request
+        )
+    if filters["stale"]:
+        approvals = [a for a in approvals if a.stale]
+    return {
+        "approvals": approvals[:QUEUE_LIMIT],
+        "now": now,
+        "filters": filters,
+        "sorts": [("time_left", "time left"), ("age", "oldest first"), ("newest", "newest first")],
+        "within_choices": [
+            ("5", "5 min"),
+            ("15", "15 min"),
+            ("60", "1 hour"),
+            ("240", "4 hours"),
+            ("1440", "1 day"),
+        ],
+        "can_decide": _can_decide(request),
+        "query": urlencode({k: v for k, v in filters.items() if v}),
+    }
+
+
+@login_required
+@require_POST
+def bulk_reject(request: HttpRequest) -> HttpResponse:
+    """Reject several requests with one reason. (There is no bulk approve: each
+    approval of an irreversible change takes its own confirmation.)"""
+    _watcher(request)
+    if not _can_decide(request):
+        raise PermissionDenied("Only risk officers may decide approvals.")
+    ids = request.POST.getlist("ids")[:QUEUE_LIMIT]
+    reason = request.POST.get("reason", "").strip()
+    back = redirect(f"{reverse('console-queue')}?{request.POST.get('query', '')}")
+    if not ids:
+        messages.error(request, "Select the requests to reject.")
+        return back
+    if not reason:
+        messages.error(request, "A rejection needs a reason: give one for the selected requests.")
+        return back
+    rejected, failed = 0, []
+    for approval_id in ids:
+        try:
+            services.approval_decide(
+                approval_id=approval_id,
+                decider=services.Decider.user(request.user),
+                approve=False,
+                reason=reason,
+            )
+            rejected += 1
+        except ApiError as error:
+            failed.append(f"{approval_id}: {error.code}")
+    if rejected:
+        messages.success(request, f"Rejected {rejected} request{'s' if rejected != 1 else ''}.")
+    if failed:
+        messages.error(request, "Not rejected: " + "; ".join(failed))
+    return back
+
+
+def _approvers(approval: Approval) -> list[str]:
+    """Who has approved so far, by the names people know them by."""
+    return [
+        d.principal_name or d.decider.split(":", 1)[-1]
+        for d in approval.decisions.all()
+        if d.approve and d.counts
+    ]
+
+
+def _metadata_rows(metadata: object) -> list[tuple[str, dict]]:
+    """Top-level keys in order, strings as they are, anything else as pretty
+    JSON; the template escapes both (links are shown, not followed)."""
+    if not isinstance(metadata, dict):
+        return []
+    return [
+        (
+            str(key),
+            {"is_text": True, "text": value}
+            if isinstance(value, str)
+            else {
+                "is_text": False,
+                "text": json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False),
+            },
+        )
+        for key, value in metadata.items()
+    ]
+
+
+def _next_pending(approval_id: str) -> str | None:
+    """The request to go to after deciding this one: the next to expire."""
+    return (
+        Approval.objects.pending()
+        .exclude(pk=approval_id)
+        .order_by("expires_at", "created_at", "id")
+        .values_list("id", flat=True)
+        .first()
+    )
 
 
 @login_required
@@ -72,31 +215,53 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
     approval = Approval.objects.with_decisions().filter(pk=approval_id).first()
     if approval is None:
         return render(request, "console/missing.html", {"approval_id": approval_id}, status=404)
-    current = Shard.objects.filter(pk=approval.shard_id).values("version", "value").first()
+    current = (
+        Shard.objects.filter(pk=approval.shard_id).values("version", "value", "reversible").first()
+    )
     current_value = shown(current["value"] if current else None)
     proposed_value = shown(approval.proposed_value)
+    status = approval.effective_status
     stale = current is None or current["version"] != approval.expected_version
     trail = list(AuditEntry.objects.filter(details__approval_id=approval.id).order_by("id"))
     for entry in trail:
         entry.details_json = json.dumps(entry.details, sort_keys=True)
+    decisions = list(approval.decisions.all())
+    # The summary reads the server's RFC 6902 patch: the stored one while the
+    # shard has not moved, else one against the current value.
+    now = shard_now(approval.shard_id)
+    patch = approval_diff(approval, now)
+    base = (
+        approval.value_at_request
+        if now is None or unmoved(approval, now)
+        else (current["value"] if current else None)
+    )
+    summary = change_summary(patch.patch, base) if patch.patch is not None else None
+    mine = next((d for d in decisions if d.principal == f"user:{request.user.pk}"), None)
+    pending = status == ApprovalStatus.PENDING
     return render(
         request,
         "console/detail.html",
         {
             "approval": approval,
-            "status": approval.effective_status,
+            "status": status,
             "current": current,
-            "stale": stale and approval.effective_status == ApprovalStatus.PENDING,
+            "stale": stale and pending,
             "diff": shown_diff(current_value, proposed_value),
+            "summary": summary,
+            "diff_omitted": patch.omitted,
             "value_at_request": shown(approval.value_at_request).text,
             "current_value": current_value.text,
             "proposed_value": proposed_value.text,
             "drifted": current is not None and current["version"] != approval.version_at_request,
-            "decisions": approval.decisions.all(),
+            "decisions": decisions,
             "approvals_counted": approval.approvals_counted(),
+            "approvers": _approvers(approval),
+            "my_decision": mine,
             "trail": trail,
-            "can_decide": _can_decide(request)
-            and approval.effective_status == ApprovalStatus.PENDING,
+            "irreversible": current is not None and not current["reversible"],
+            "can_decide": _can_decide(request) and pending and mine is None,
+            "next_id": _next_pending(approval.id),
+            "metadata": _metadata_rows(approval.metadata),
         },
     )
 
@@ -111,6 +276,23 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     if action not in ("approve", "reject"):
         messages.error(request, "Choose approve or reject.")
         return redirect("console-detail", approval_id=approval_id)
+    if action == "approve" and request.POST.get("override_stale") != "yes":
+        # A stale request would not apply: approving it needs the officer to say
+        # they mean it, having seen the three values (the page asks for that).
+        row = Approval.objects.filter(pk=approval_id).values("shard_id", "expected_version").first()
+        if row is not None:
+            version = (
+                Shard.objects.filter(pk=row["shard_id"]).values_list("version", flat=True).first()
+            )
+            if version != row["expected_version"]:
+                messages.error(
+                    request,
+                    f"The shard has moved on (expected v{row['expected_version']}, now "
+                    f"{'v' + str(version) if version is not None else 'deleted'}): the change "
+                    "would not apply. Reject it as stale, or confirm that you want to approve "
+                    "it anyway.",
+                )
+                return redirect("console-detail", approval_id=approval_id)
     try:
         approval = services.approval_decide(
             approval_id=approval_id,
@@ -127,11 +309,12 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
             f"Approved and committed: {approval.shard_id} is now at version "
             f"{approval.commit['version']} (audit entry {approval.commit['audit_entry_id']}).",
         )
-    elif approval.status == ApprovalStatus.APPROVED:
+    elif approval.status == ApprovalStatus.APPROVED_STALE:
         messages.warning(
             request,
-            f"Approved, but the commit did not apply: {approval.commit.get('error')} "
-            f"(the shard is at version {approval.commit.get('current_version')}). Nothing was written.",
+            f"Approved, but not applied (stale): {approval.commit.get('error')} "
+            f"(the shard is at version {approval.commit.get('current_version')}). "
+            "Nothing was written.",
         )
     elif approval.status == ApprovalStatus.REJECTED:
         messages.success(request, "Rejected. The requester has been told why.")

@@ -1,5 +1,6 @@
 """A readable line diff of two JSON values, for people: pretty-printed, changed
-lines highlighted, long unchanged stretches folded.
+lines highlighted word by word, each change headed by the JSON path it sits in,
+long unchanged stretches folded.
 
 Bounded: ``difflib`` is quadratic in the lines it compares (12,000 lines took
 18 s here) and pretty-printing is pure Python, so values above the approval
@@ -17,6 +18,8 @@ from django.conf import settings
 
 from common.boundeddiff import json_too_deep
 
+from .review import Segment, word_segments
+
 CONTEXT = 3  # unchanged lines kept around each change
 FOLD_AT = 2 * CONTEXT + 2
 # Lines left to compare after trimming the common head and tail, one side times
@@ -26,17 +29,73 @@ MAX_COMPARED = 1_000_000
 
 @dataclass(frozen=True)
 class Row:
-    kind: str  # "same", "add", "del", "fold" or "omitted" (text says why)
+    # "same", "add", "del", "fold", "hunk" (text: the JSON path the change below
+    # sits in) or "omitted" (text says why)
+    kind: str
     text: str = ""
     lines: tuple[str, ...] = ()  # what a fold hides
+    segments: tuple[Segment, ...] = ()  # add/del lines paired with a partner: what changed
 
 
 @dataclass(frozen=True)
 class Shown:
-    """A value as a page shows it: pretty JSON, or a note saying why not."""
+    """A value as a page shows it: pretty JSON, or a note saying why not.
+    ``paths``: for each line, the JSON Pointer of the object or array it sits in."""
 
     text: str
     why: str = ""  # empty when ``text`` is the value
+    lines: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+
+
+def _pointer_token(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def pretty_lines(value: Any) -> tuple[list[str], list[str]]:
+    """``json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)`` split
+    into lines, with the path each line sits in. Only for values already known
+    to be within the depth cap (it recurses)."""
+    lines: list[str] = []
+    paths: list[str] = []
+
+    def walk(node: Any, depth: int, where: str, prefix: str, suffix: str, own: str) -> None:
+        pad = "  " * depth
+        if isinstance(node, dict) and node:
+            lines.append(f"{pad}{prefix}{{")
+            paths.append(where)
+            items = sorted(node.items())
+            for index, (key, child) in enumerate(items):
+                walk(
+                    child,
+                    depth + 1,
+                    own,
+                    json.dumps(key, ensure_ascii=False) + ": ",
+                    "," if index < len(items) - 1 else "",
+                    f"{own}/{_pointer_token(key)}",
+                )
+            lines.append(f"{pad}}}{suffix}")
+            paths.append(own)
+        elif isinstance(node, list) and node:
+            lines.append(f"{pad}{prefix}[")
+            paths.append(where)
+            for index, child in enumerate(node):
+                walk(
+                    child,
+                    depth + 1,
+                    own,
+                    "",
+                    "," if index < len(node) - 1 else "",
+                    f"{own}/{index}",
+                )
+            lines.append(f"{pad}]{suffix}")
+            paths.append(own)
+        else:
+            lines.append(f"{pad}{prefix}{json.dumps(node, ensure_ascii=False)}{suffix}")
+            paths.append(where)
+
+    walk(value, 0, "", "", "", "")
+    return lines, paths
 
 
 def shown(value: Any) -> Shown:
@@ -48,7 +107,8 @@ def shown(value: Any) -> Shown:
         size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
         cap = settings.ZEROLOCK_APPROVAL_DIFF_MAX_BYTES
         if size <= cap:
-            return Shown(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+            lines, paths = pretty_lines(value)
+            return Shown("\n".join(lines), "", tuple(lines), tuple(paths))
         why = f"{size // 1024:,} KiB of JSON, above the {cap // 1024:,} KiB shown here"
     return Shown(f"(not shown here: {why}; the API returns the whole value)", why)
 
@@ -65,7 +125,9 @@ def shown_diff(old: Shown, new: Shown) -> list[Row]:
     why = old.why or new.why
     if why:
         return [Row("omitted", f"Diff too large to show: a value is {why}.")]
-    before, after = old.text.splitlines(), new.text.splitlines()
+    # The printed lines, not text.splitlines(): a string may hold U+2028, which
+    # JSON leaves as it is and splitlines() would break on.
+    before, after = list(old.lines), list(new.lines)
     # The common head and tail are equal by construction; only the middle goes
     # through difflib, so a small change in a large value stays cheap.
     head = 0
@@ -97,11 +159,22 @@ def shown_diff(old: Shown, new: Shown) -> list[Row]:
         opcodes.insert(0, ("equal", 0, head, 0, head))
     if tail:
         opcodes.append(("equal", len(before) - tail, len(before), len(after) - tail, len(after)))
-    return _rows(before, after, opcodes)
+    return _rows(before, after, opcodes, old.paths, new.paths)
 
 
-def _rows(before: list[str], after: list[str], opcodes: list[tuple]) -> list[Row]:
+def _where(path: str) -> str:
+    return path or "(top level)"
+
+
+def _rows(
+    before: list[str],
+    after: list[str],
+    opcodes: list[tuple],
+    before_paths: tuple[str, ...] = (),
+    after_paths: tuple[str, ...] = (),
+) -> list[Row]:
     rows: list[Row] = []
+    last_hunk = None
     for index, (tag, i1, i2, j1, j2) in enumerate(opcodes):
         if tag == "equal":
             same = before[i1:i2]
@@ -114,6 +187,18 @@ def _rows(before: list[str], after: list[str], opcodes: list[tuple]) -> list[Row
             else:
                 rows += [Row("same", line) for line in same]
             continue
-        rows += [Row("del", line) for line in before[i1:i2]]
-        rows += [Row("add", line) for line in after[j1:j2]]
+        # Each change says where it is: the path of the object or array its first
+        # line sits in (folding hides the parent keys that would say so).
+        paths = after_paths[j1:j2] if j2 > j1 else before_paths[i1:i2]
+        where = _where(paths[0]) if paths else ""
+        if where and (where != last_hunk or (rows and rows[-1].kind == "fold")):
+            rows.append(Row("hunk", where))
+            last_hunk = where
+        removed, added = before[i1:i2], after[j1:j2]
+        paired = min(len(removed), len(added)) if tag == "replace" else 0
+        pairs = [word_segments(removed[k], added[k]) for k in range(paired)]
+        rows += [Row("del", line, segments=pairs[k][0]) for k, line in enumerate(removed[:paired])]
+        rows += [Row("del", line) for line in removed[paired:]]
+        rows += [Row("add", line, segments=pairs[k][1]) for k, line in enumerate(added[:paired])]
+        rows += [Row("add", line) for line in added[paired:]]
     return rows

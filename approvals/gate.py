@@ -14,6 +14,11 @@ from common.errors import ApiError
 
 from .models import Approval, ApprovalStatus
 
+# Approved but not yet applied. A commit carrying an ``approved_stale`` approval
+# is still checked against its expected version, so it applies only if the
+# shard really is at that version.
+APPLICABLE = (ApprovalStatus.APPROVED, ApprovalStatus.APPROVED_STALE)
+
 
 def invalid(reason: str, message: str, **details: Any) -> ApiError:
     return ApiError(403, "APPROVAL_INVALID", message, reason=reason, **details)
@@ -40,7 +45,7 @@ def approval_verify(
         raise invalid("ALREADY_USED", f"Approval {approval_id} has already been used.")
     if approval.status == ApprovalStatus.PENDING and approval.is_expired():
         raise invalid("EXPIRED", f"Approval {approval_id} expired at {approval.expires_at}.")
-    if approval.status != ApprovalStatus.APPROVED:
+    if approval.status not in APPLICABLE:
         raise invalid(
             approval.status.upper(), f"Approval {approval_id} is {approval.status}, not approved."
         )
@@ -49,7 +54,7 @@ def approval_verify(
 
 def approval_consume(*, approval_id: str, commit: dict[str, Any]) -> None:
     """Marks an approved approval used by a commit; inside that commit's transaction."""
-    used = Approval.objects.filter(pk=approval_id, status=ApprovalStatus.APPROVED).update(
+    used = Approval.objects.filter(pk=approval_id, status__in=APPLICABLE).update(
         status=ApprovalStatus.COMMITTED, commit=commit
     )
     if not used:

@@ -17,11 +17,25 @@ def new_approval_id() -> str:
 
 
 class ApprovalStatus(models.TextChoices):
-    PENDING = "pending"
-    APPROVED = "approved"
-    REJECTED = "rejected"
-    EXPIRED = "expired"
-    COMMITTED = "committed"
+    PENDING = "pending", "pending"
+    # Approved and waiting to be applied: only rows from before
+    # ``approved_stale`` existed, and tests that set it by hand.
+    APPROVED = "approved", "approved"
+    # Approved, but the commit could not apply (the shard moved on or is gone):
+    # nothing was written. Its own status so that no page, list or client can
+    # mistake it for a change that happened.
+    APPROVED_STALE = "approved_stale", "approved \u2013 not applied (stale)"
+    REJECTED = "rejected", "rejected"
+    EXPIRED = "expired", "expired"
+    COMMITTED = "committed", "committed"
+
+
+def status_label(status: str) -> str:
+    """What people read for a status string ("approved_stale" is spelled out)."""
+    try:
+        return ApprovalStatus(status).label
+    except ValueError:
+        return status
 
 
 class ApprovalQuerySet(models.QuerySet):
@@ -96,6 +110,12 @@ class Approval(models.Model):
     description = models.TextField()
     requested_by = models.CharField(max_length=128, db_index=True)
     requested_key_prefix = models.CharField(max_length=16, blank=True)
+    # The requesting key's name as it was at request time: a plain string, so
+    # the page can say which key asked without a link to the key's table.
+    requested_key_name = models.CharField(max_length=100, blank=True)
+    # What the agent adds for the officer (tool name, arguments, links, ticket):
+    # a JSON object, shown escaped on the detail page, never interpreted.
+    metadata = models.JSONField(default=dict, blank=True)
     proposed_value = models.JSONField(null=True)
     # SHA-256 of the canonical JSON: a commit carrying this approval must match it.
     proposed_hash = models.CharField(max_length=64)
@@ -200,3 +220,105 @@ def approval_counts() -> dict[str, int]:
     return {
         status: Approval.objects.with_status(status).count() for status in ApprovalStatus.values
     }
+# --- webhooks ---------------------------------------------------------------
+
+
+class WebhookEvent(models.TextChoices):
+    REQUESTED = "approval.requested"
+    DECIDED = "approval.decided"
+    EXPIRING = "approval.expiring"
+    EXPIRED = "approval.expired"
+
+
+def new_webhook_secret() -> str:
+    """Standard Webhooks style: "whsec_" and the base64 of 32 random bytes."""
+    import base64
+
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+class WebhookSubscription(models.Model):
+    """An endpoint told about approval events. Made and changed only by admins
+    in Django admin: no API sets a webhook URL, so an agent key cannot point the
+    server at an address of its choosing."""
+
+    name = models.CharField(max_length=100)
+    url = models.URLField(max_length=500, help_text="http:// or https:// endpoint to POST to.")
+    events = models.JSONField(default=list, help_text="Event names this endpoint receives.")
+    secret = models.CharField(
+        max_length=100,
+        default=new_webhook_secret,
+        help_text="Signs every delivery (HMAC-SHA256, Standard Webhooks style). "
+        "Give it to the receiver; keep it out of logs.",
+    )
+    active = models.BooleanField(default=True)
+    expiring_lead_seconds = models.PositiveIntegerField(
+        default=300, help_text="How long before expiry approval.expiring is sent."
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WebhookDeliveryStatus(models.TextChoices):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    RETRYING = "retrying"
+    FAILED = "failed"  # gave up after the last attempt
+
+
+class WebhookDelivery(models.Model):
+    """One event for one subscription; its attempts are recorded below."""
+
+    id = models.CharField(primary_key=True, max_length=40)  # "msg_...": the webhook-id header
+    subscription = models.ForeignKey(
+        WebhookSubscription, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    event = models.CharField(max_length=32, choices=WebhookEvent.choices)
+    approval_id = models.CharField(max_length=40, db_index=True)
+    payload = models.JSONField()
+    status = models.CharField(
+        max_length=16,
+        choices=WebhookDeliveryStatus.choices,
+        default=WebhookDeliveryStatus.PENDING,
+        db_index=True,
+    )
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now, db_index=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "webhook deliveries"
+        constraints = [
+            # approval.expiring is sent once per subscription and approval.
+            models.UniqueConstraint(
+                fields=["subscription", "event", "approval_id"],
+                condition=models.Q(event="approval.expiring"),
+                name="one_expiring_webhook_per_approval",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} -> {self.subscription} ({self.status})"
+
+
+class WebhookAttempt(models.Model):
+    delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="tries")
+    number = models.PositiveSmallIntegerField()
+    started_at = models.DateTimeField(default=timezone.now)
+    duration_ms = models.PositiveIntegerField(default=0)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    ok = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["number", "id"]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number}: {self.status_code or self.error}"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.db.models import prefetch_related_objects
 from rest_framework import serializers
 
+from common.boundeddiff import json_too_deep
 from common.inputs import Int64Field
 from shards.serializers import ShardIdField
 
@@ -14,8 +16,36 @@ from .diffs import ShardNow, approval_diff, stored_diff
 from .models import Approval, ApprovalDecision, ApprovalStatus, decisions_prefetch
 from .services import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, MIN_TTL_SECONDS
 
+METADATA_MAX_BYTES = 16 * 1024
+METADATA_MAX_DEPTH = 8
 
-class ApprovalRequestSerializer(serializers.Serializer):
+
+class StrictSerializer(serializers.Serializer):
+    """Unknown fields are a 400, not silence: a caller who sends ``reason`` or
+    ``metadata`` to a server that would drop it must find out."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+def metadata_check(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise serializers.ValidationError("Must be a JSON object.")
+    if json_too_deep(value, METADATA_MAX_DEPTH):
+        raise serializers.ValidationError(f"Nested more than {METADATA_MAX_DEPTH} levels deep.")
+    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+    if size > METADATA_MAX_BYTES:
+        raise serializers.ValidationError(
+            f"{size:,} bytes of JSON; at most {METADATA_MAX_BYTES:,}."
+        )
+    return value
+
+
+class ApprovalRequestSerializer(StrictSerializer):
     shard_id = ShardIdField()
     proposed_value = serializers.JSONField(allow_null=True)
     expected_version = Int64Field(min_value=1)
@@ -26,9 +56,16 @@ class ApprovalRequestSerializer(serializers.Serializer):
         min_value=MIN_TTL_SECONDS,
         max_value=MAX_TTL_SECONDS,
     )
+    metadata = serializers.JSONField(
+        required=False,
+        default=dict,
+        validators=[metadata_check],
+        help_text="A JSON object for the officer: tool name, arguments, links, ticket "
+        f"(at most {METADATA_MAX_BYTES // 1024} KiB, {METADATA_MAX_DEPTH} levels).",
+    )
 
 
-class DecisionSerializer(serializers.Serializer):
+class DecisionSerializer(StrictSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
 
 
@@ -71,6 +108,9 @@ class ApprovalSerializer(serializers.ModelSerializer):
         help_text="Approvals by distinct principals so far (of approvals_required)."
     )
     decisions = ApprovalDecisionSerializer(many=True)
+    requested_key = serializers.DictField(
+        help_text='The key that asked: {"name", "prefix"} as they were at request time.'
+    )
 
     class Meta:
         model = Approval
@@ -80,6 +120,8 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "status",
             "description",
             "requested_by",
+            "requested_key",
+            "metadata",
             "proposed_value",
             "expected_version",
             "value_at_request",
@@ -138,6 +180,11 @@ def approval_data(approval: Approval, now: ShardNow | None = None) -> dict[str, 
         "status": approval.effective_status,
         "description": approval.description,
         "requested_by": approval.requested_by,
+        "requested_key": {
+            "name": approval.requested_key_name,
+            "prefix": approval.requested_key_prefix,
+        },
+        "metadata": approval.metadata,
         "proposed_value": approval.proposed_value,
         "expected_version": approval.expected_version,
         "value_at_request": approval.value_at_request,

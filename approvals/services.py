@@ -26,8 +26,9 @@ from shards.services import owner_check
 from shards.value_schema import value_validate
 from shards.writer import version_write, write_transaction
 
+from . import webhooks
 from .diffs import proposed_value_check, value_diff
-from .models import Approval, ApprovalDecision, ApprovalStatus
+from .models import Approval, ApprovalDecision, ApprovalStatus, WebhookEvent
 
 DEFAULT_TTL_SECONDS = 3600
 MIN_TTL_SECONDS = 10
@@ -78,6 +79,8 @@ def approval_request(
     expected_version: int,
     description: str,
     ttl_seconds: int = DEFAULT_TTL_SECONDS,
+    metadata: dict[str, Any] | None = None,
+    key_name: str = "",
 ) -> Approval:
     if not MIN_TTL_SECONDS <= ttl_seconds <= MAX_TTL_SECONDS:
         raise ApiError(
@@ -108,6 +111,8 @@ def approval_request(
             description=description,
             requested_by=actor.agent_id,
             requested_key_prefix=actor.key_prefix,
+            requested_key_name=key_name,
+            metadata=metadata or {},
             proposed_value=proposed_value,
             proposed_hash=value_digest(proposed_value),
             expected_version=expected_version,
@@ -129,6 +134,7 @@ def approval_request(
             details={"approval_id": approval.id, "ttl_seconds": ttl_seconds},
         )
         send_event_on_commit("approval_changed", approval=approval, event="requested")
+        webhooks.emit(WebhookEvent.REQUESTED, approval)
     return approval
 
 
@@ -230,10 +236,14 @@ def _decide(
     approval.decided_at, approval.decided_by, approval.reason = now, decider.name, reason
     if approve:
         approval.commit = _apply(audit, approval, decider)
-        if "version" in approval.commit:
-            approval.status = ApprovalStatus.COMMITTED
+        approval.status = (
+            ApprovalStatus.COMMITTED
+            if "version" in approval.commit
+            else ApprovalStatus.APPROVED_STALE
+        )
     approval.save(update_fields=["status", "decided_at", "decided_by", "reason", "commit"])
     send_event_on_commit("approval_changed", approval=approval, event="decided")
+    webhooks.emit(WebhookEvent.DECIDED, approval)
 
 
 def _apply(audit: AuditWriter, approval: Approval, decider: Decider) -> dict[str, Any]:
@@ -278,7 +288,11 @@ def _apply(audit: AuditWriter, approval: Approval, decider: Decider) -> dict[str
             agent_id=decider.name,
             shard_id=approval.shard_id,
             version_before=approval.expected_version,
-            details={"approval_id": approval.id, **commit},
+            details={
+                "approval_id": approval.id,
+                "status": ApprovalStatus.APPROVED_STALE.value,
+                **commit,
+            },
         )
         return commit
     commit = {"version": result.version, "audit_entry_id": result.audit_entry_id}
@@ -308,6 +322,7 @@ def approval_expire(*, audit: AuditWriter, approval: Approval, by: str = "") -> 
         },
     )
     send_event_on_commit("approval_changed", approval=approval, event="decided")
+    webhooks.emit(WebhookEvent.EXPIRED, approval)
 
 
 def approval_expire_due(*, now: datetime | None = None, by: str = "") -> int:
@@ -327,7 +342,12 @@ def approvals_end(audit: AuditWriter, shard_id: str) -> None:
     (pending, or approved and not yet applied) expire with it. Approved against
     this shard, they must never apply to a shard re-created under its id."""
     open_ = Approval.objects.filter(
-        shard_id=shard_id, status__in=[ApprovalStatus.PENDING, ApprovalStatus.APPROVED]
+        shard_id=shard_id,
+        status__in=[
+            ApprovalStatus.PENDING,
+            ApprovalStatus.APPROVED,
+            ApprovalStatus.APPROVED_STALE,
+        ],
     )
     for approval in open_.select_for_update():
         approval_expire(audit=audit, approval=approval, by="shard.delete")

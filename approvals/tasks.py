@@ -1,8 +1,20 @@
 from celery import shared_task
 
+from . import webhooks
 from .services import approval_expire_due
 
 
 @shared_task
 def expire_approvals() -> int:
-    return approval_expire_due(by="worker")
+    """Beat runs this every 2 s: overdue approvals expire, and the webhook
+    sweeps ride along (approval.expiring, deliveries whose attempt never ran)."""
+    expired = approval_expire_due(by="worker")
+    webhooks.emit_expiring()
+    webhooks.resend_stuck()
+    return expired
+
+
+@shared_task
+def deliver_webhook(delivery_id: str) -> str:
+    """Thin: one attempt, recorded; webhooks.deliver schedules the next."""
+    return webhooks.deliver(delivery_id)

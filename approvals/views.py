@@ -43,8 +43,9 @@ class ApprovalRequestView(APIView):
     @extend_schema(request=ApprovalRequestSerializer, responses={201: ApprovalSerializer})
     def post(self, request: Request) -> Response:
         data = parsed(ApprovalRequestSerializer, request.data)
-        scope_check(principal(request).key, [data["shard_id"]])
-        approval = services.approval_request(actor=principal(request).actor, **data)
+        who = principal(request)
+        scope_check(who.key, [data["shard_id"]])
+        approval = services.approval_request(actor=who.actor, key_name=who.key.name, **data)
         # The shard as the request saw it: the answer is built from what was
         # stored and computes nothing that could fail after the store.
         return Response(approval_data(approval, at_request(approval)), status=201)

@@ -4,9 +4,12 @@ live updates arrive over /ws/live/ (see static/console/console.js)."""
 from __future__ import annotations
 
 import json
+import re
+from datetime import datetime, timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -14,13 +17,31 @@ from django.views.decorators.http import require_GET
 from access.auth import can_watch
 from approvals.diffview import line_diff, pretty
 from approvals.models import Approval, ApprovalStatus
-from audit.models import AuditEntry
+from audit.models import AuditAction, AuditEntry
 from metrics import record
+from metrics.models import CommitSample
 from shards.models import Shard, ShardType
 from shards.selectors import shard_current_value
 
 LIST_LIMIT = 500
-HISTORY_LIMIT = 200
+HISTORY_LIMIT = 200  # versions offered for comparison
+HISTORY_PAGE = 50
+CONFLICTS_SHOWN = 10
+# Natural order needs every matching id in memory; past this many the list
+# falls back to the database's plain order.
+NATURAL_SORT_MAX = 20_000
+WINDOW_SECONDS = 60
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(text: str) -> tuple:
+    """ "lat.2" before "lat.10": digit runs compare as numbers."""
+    return tuple(
+        (0, int(part), part) if part.isdigit() else (1, 0, part)
+        for part in _DIGITS.split(text)
+        if part
+    )
 
 
 def _watcher(request: HttpRequest) -> None:
@@ -34,8 +55,15 @@ def _shards_context(request: HttpRequest) -> dict:
     if shard_type not in ShardType.values:
         shard_type = ""
     shards = Shard.objects.without_payload().with_prefix(prefix).of_type(shard_type)
+    ids = list(shards.order_by("id").values_list("id", flat=True)[: NATURAL_SORT_MAX + 1])
+    if len(ids) <= NATURAL_SORT_MAX:
+        first = sorted(ids, key=natural_key)[:LIST_LIMIT]
+        by_id = {shard.id: shard for shard in shards.filter(pk__in=first)}
+        listed = [by_id[i] for i in first if i in by_id]
+    else:
+        listed = list(shards.order_by("id")[:LIST_LIMIT])
     return {
-        "shards": shards.order_by("id")[:LIST_LIMIT],
+        "shards": listed,
         "prefix": prefix,
         "type": shard_type,
         "types": ShardType.values,
@@ -62,24 +90,39 @@ def _shard_context(request: HttpRequest, shard_id: str) -> dict | None:
     if shard is None:
         return None
     shard.value = shard_current_value(shard)
-    entries = list(AuditEntry.objects.history_of(shard).reverse()[:HISTORY_LIMIT])
-    by_version = {e.version_after: e for e in entries}
+    history = AuditEntry.objects.history_of(shard).reverse()
+    page = Paginator(history, HISTORY_PAGE).get_page(request.GET.get("page"))
+    for entry in page:
+        entry.value_json = json.dumps(entry.value, sort_keys=True)
+    conflicts = list(
+        AuditEntry.objects.filter(
+            shard_id=shard.id,
+            action=AuditAction.SHARD_COMMIT_REJECTED,
+            created_at__gte=shard.created_at,
+        ).order_by("-id")[:CONFLICTS_SHOWN]
+    )
+    for entry in conflicts:
+        entry.code = (entry.details or {}).get("code", "")
     context = {
         "shard": shard,
         "value": pretty(shard.value),
-        "history": entries,
+        "history": page,
+        "conflicts": conflicts,
         "subscribers": record.shard_subscribers(shard.id),
         "pending": Approval.objects.pending().filter(shard_id=shard.id).newest_first(),
-        "versions": sorted(by_version),
+        "versions": sorted(
+            history.exclude(version_after=None).values_list("version_after", flat=True)[
+                :HISTORY_LIMIT
+            ]
+        ),
     }
     # Decision shards keep whole values per version; additive ones keep operations.
     a, b = request.GET.get("a", ""), request.GET.get("b", "")
     if shard.type == ShardType.DECISION and a.isdigit() and b.isdigit():
-        old, new = by_version.get(int(a)), by_version.get(int(b))
+        pair = {e.version_after: e for e in history.filter(version_after__in=[int(a), int(b)])}
+        old, new = pair.get(int(a)), pair.get(int(b))
         if old and new:
             context.update(diff=line_diff(old.value, new.value), a=int(a), b=int(b))
-    for entry in entries:
-        entry.value_json = json.dumps(entry.value, sort_keys=True)
     return context
 
 
@@ -110,16 +153,47 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/metrics.html", {})
 
 
+def _minute(series: list[dict]) -> dict:
+    """The tiles and the hot shards over exactly the seconds the charts draw
+    (``per_second`` stops at the last whole second), so tile and chart agree:
+    the rates are the mean of the plotted points, the latency percentile is
+    over the same samples."""
+    if not series:
+        return {"commits_per_second": 0, "conflicts_per_second": 0, "p99": None, "hot": []}
+    since = datetime.fromisoformat(series[0]["t"])
+    until = since + timedelta(seconds=len(series))
+    samples = CommitSample.objects.filter(at__gte=since, at__lt=until)
+    latencies = sorted(samples.values_list("latency_ms", flat=True))
+    hot: dict[str, dict] = {}
+    for shard_id, outcome in samples.values_list("shard_id", "outcome"):
+        row = hot.setdefault(shard_id, {"shard_id": shard_id, "commits": 0, "conflicts": 0})
+        row["commits" if outcome == CommitSample.OK else "conflicts"] += 1
+    ranked = sorted(hot.values(), key=lambda r: (-(r["commits"] + r["conflicts"]), r["shard_id"]))
+    seconds = len(series)
+    return {
+        "seconds": seconds,
+        "commits_per_second": round(sum(p["commits"] for p in series) / seconds, 3),
+        "conflicts_per_second": round(sum(p["conflicts"] for p in series) / seconds, 3),
+        # Rounded as the charts' per-second points are (metrics/record.py).
+        "p99": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 2)
+        if latencies
+        else None,
+        "hot": ranked[:5],
+    }
+
+
 @login_required
 @require_GET
 def metrics_data(request: HttpRequest) -> JsonResponse:
     _watcher(request)
     statuses = {s: Approval.objects.with_status(s).count() for s in ApprovalStatus.values}
+    series = record.per_second(WINDOW_SECONDS)
     return JsonResponse(
         {
-            "series": record.per_second(60),
+            "series": series,
             "approvals": statuses,
             "ws": record.ws_metrics(),
-            "last_minute": record.window(60),
+            "last_minute": record.window(WINDOW_SECONDS),
+            "tiles": _minute(series),
         }
     )

@@ -22,8 +22,15 @@
   }
   function set(label, color) { return { label: label, data: [], borderColor: color, backgroundColor: color, borderWidth: 2, tension: 0.2 }; }
 
-  var rates = line("chart-rates", [set("commits/s", "#2f5d8a"), set("conflicts/s", "#a12a2a")]);
-  var latency = line("chart-latency", [set("p50", "#1f7a4d"), set("p99", "#8a5a00")]);
+  function avg(label, color) {
+    var s = set(label, color);
+    s.borderDash = [6, 4]; s.borderWidth = 1.5; s.pointRadius = 0; s.tension = 0;
+    return s;
+  }
+  // The dashed lines are the tiles' figures: the same minute, drawn on the chart.
+  var rates = line("chart-rates", [set("commits/s", "#2f5d8a"), set("conflicts/s", "#a12a2a"),
+    avg("commits/s, minute mean (tile)", "#2f5d8a"), avg("conflicts/s, minute mean (tile)", "#a12a2a")]);
+  var latency = line("chart-latency", [set("p50", "#1f7a4d"), set("p99", "#8a5a00"), avg("p99 over the minute (tile)", "#8a5a00")]);
   var approvals = line("chart-approvals", [set("pending", "#8a5a00")]);
   var ws = line("chart-ws", [set("sent", "#1f7a4d"), set("naive broadcast", "#9aa5b1")]);
 
@@ -38,7 +45,15 @@
     latency.data.labels = labels;
     latency.data.datasets[0].data = data.series.map(function (p) { return p.p50; });
     latency.data.datasets[1].data = data.series.map(function (p) { return p.p99; });
+    var tiles = data.tiles;
+    function flat(v) { return data.series.map(function () { return v; }); }
+    rates.data.datasets[2].data = flat(tiles.commits_per_second);
+    rates.data.datasets[3].data = flat(tiles.conflicts_per_second);
+    latency.data.datasets[2].data = flat(tiles.p99);
     rates.update(); latency.update();
+    var quiet = !data.series.some(function (p) { return p.commits || p.conflicts; });
+    document.getElementById("metrics-empty").hidden = !quiet;
+    hotShards(tiles.hot);
 
     var now = clock(new Date().toISOString());
     history.labels.push(now);
@@ -59,13 +74,35 @@
     ws.data.datasets[0].data = history.wsSent; ws.data.datasets[1].data = history.wsNaive;
     approvals.update(); ws.update();
 
-    var minute = data.last_minute;
-    text("tile-commits", minute.commits_per_second.toFixed(1));
-    text("tile-conflicts", minute.conflicts_per_second.toFixed(1));
-    text("tile-p99", minute.latency_ms.p99 === null ? "–" : minute.latency_ms.p99.toFixed(1) + " ms");
+    text("tile-commits", tiles.commits_per_second.toFixed(2));
+    text("tile-conflicts", tiles.conflicts_per_second.toFixed(2));
+    text("tile-p99", tiles.p99 === null ? "no commits" : tiles.p99.toFixed(1) + " ms");
     text("tile-pending", data.approvals.pending);
-    text("tile-savings", data.ws.naive_broadcast_messages ? data.ws.cost_savings_percent.toFixed(1) + " %" : "–");
+    // With no agent socket open there is nothing to save: say so, not "0 %".
+    text("tile-savings", !data.ws.connections ? "no agent sockets"
+      : data.ws.naive_broadcast_messages ? data.ws.cost_savings_percent.toFixed(1) + " %" : "no pushes yet");
     document.body.dataset.metricsDrawn = String(Number(document.body.dataset.metricsDrawn || 0) + 1);
+  }
+
+  function hotShards(rows) {
+    var body = document.querySelector("#hot-shards tbody");
+    body.textContent = "";
+    if (!rows.length) {
+      var tr = body.insertRow(), td = tr.insertCell();
+      tr.className = "empty"; td.colSpan = 3;
+      td.textContent = "No commits in the last minute.";
+      return;
+    }
+    rows.forEach(function (r) {
+      var tr = body.insertRow();
+      tr.dataset.shardId = r.shard_id;
+      var a = document.createElement("a");
+      a.href = "/dashboard/shards/" + encodeURIComponent(r.shard_id);
+      var code = document.createElement("code"); code.textContent = r.shard_id; a.appendChild(code);
+      tr.insertCell().appendChild(a);
+      tr.insertCell().textContent = r.commits;
+      tr.insertCell().textContent = r.conflicts;
+    });
   }
 
   function poll() {

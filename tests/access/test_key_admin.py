@@ -22,7 +22,8 @@ def add_key(admin_client, **overrides):
         "expires_at_1": "",
         **overrides,
     }
-    return admin_client.post("/admin/access/apikey/add/", form)
+    # The add redirects (POST-redirect-GET) to the page that shows the key once.
+    return admin_client.post("/admin/access/apikey/add/", form, follow=True)
 
 
 def test_an_admin_creates_a_key_and_sees_the_raw_key_once(admin_client, client_for):

@@ -93,7 +93,7 @@ def test_the_queue_lists_pending_requests_newest_first_and_flags_drift(risk_offi
         expected_version=1,
         description="Close the account",
     )
-    html = signed_in(risk_officer).get("/console/queue/rows").content.decode()
+    html = signed_in(risk_officer).get("/console/queue/rows?sort=newest").content.decode()
     assert html.index(newer.id) < html.index(payment.id)
     assert "stale" not in html
     # The shard moves on (as another approved change would move it).
@@ -105,8 +105,8 @@ def test_the_queue_lists_pending_requests_newest_first_and_flags_drift(risk_offi
 def test_the_detail_page_shows_the_diff_and_the_three_values_after_drift(risk_officer, payment):
     Shard.objects.filter(pk="treasury").update(value={"balance": 900, "note": "fee"}, version=2)
     html = signed_in(risk_officer).get(f"/console/approvals/{payment.id}").content.decode()
-    assert re.search(r'class="line del">.*balance&quot;: 900', html)
-    assert re.search(r'class="line add">.*balance&quot;: 750', html)
+    assert re.search(r'class="line del">.*balance&quot;: (<mark class="wd">)?900', html)
+    assert re.search(r'class="line add">.*balance&quot;: (<mark class="wd">)?750', html)
     assert "The shard has moved on" in html
     assert "At request (v1)" in html and "Current (v2)" in html and "Proposed" in html
 

@@ -137,6 +137,7 @@ def test_a_request_appears_live_and_approving_it_commits_and_tells_the_agent(sce
 
         page.fill("#reason", "Invoice 42 matches the purchase order")
         page.click("button[value=approve]")
+        page.click("#confirm-yes")  # approving takes a confirmation step
         expect(page.locator(".msg.success")).to_contain_text("treasury is now at version 2")
         expect(page.locator("#approval-status")).to_have_text("committed")
         page.screenshot(path=str(shots / "console-approved.png"), full_page=True)
@@ -163,10 +164,10 @@ def test_a_risk_officer_rejects_with_a_reason_and_nothing_is_written(scene):
     with sync_playwright() as playwright:
         browser, page = signed_in_page(playwright, url)
         page.locator(f"tr[data-approval-id='{approval_id}'] a").click()
-        page.click("button[value=reject]")  # no reason yet
-        expect(page.locator(".msg.error")).to_contain_text("A rejection needs a reason")
+        page.click("#reject")  # no reason yet: stopped in the browser, next to the field
+        expect(page.locator("#reason-error")).to_contain_text("Give a reason to reject")
         page.fill("#reason", "Unknown beneficiary")
-        page.click("button[value=reject]")
+        page.click("#reject")
         expect(page.locator("#approval-status")).to_have_text("rejected")
         expect(page.locator(".facts")).to_contain_text("Unknown beneficiary")
         page.screenshot(path=str(shots / "console-rejected.png"), full_page=True)

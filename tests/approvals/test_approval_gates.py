@@ -113,7 +113,7 @@ def test_approving_applies_the_commit_through_occ_and_records_it(executor, risk_
     ]
 
 
-def test_a_shard_that_moved_on_leaves_the_approval_approved_with_a_stale_error(
+def test_a_shard_that_moved_on_leaves_the_approval_approved_stale_with_a_stale_error(
     executor, risk_officer, make_key, client_for
 ):
     executor.post(
@@ -124,7 +124,7 @@ def test_a_shard_that_moved_on_leaves_the_approval_approved_with_a_stale_error(
     detail = risk_officer.get(f"/api/approvals/{approval_id}").json()
     assert detail["stale"] is True and detail["current_version"] == 2
     decided = risk_officer.post(f"/api/approvals/{approval_id}/approve").json()
-    assert decided["status"] == "approved"
+    assert decided["status"] == "approved_stale"
     assert decided["commit"]["error"] == "STALE_VERSION"
     assert executor.get("/api/shards/budget").json()["value"] == 5  # nothing written
 

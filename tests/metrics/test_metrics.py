@@ -42,7 +42,14 @@ def test_commits_conflicts_latency_and_hot_shards_are_counted(planner):
     assert 0 < latency["p50"] <= latency["p90"] <= latency["p99"]
     assert body["last_hour"]["commits"] == 6
     assert body["since_start"]["commits"] == 6 and body["since_start"]["conflicts"] == 1
-    assert set(body["approvals"]) == {"pending", "approved", "rejected", "expired", "committed"}
+    assert set(body["approvals"]) == {
+        "pending",
+        "approved",
+        "approved_stale",
+        "rejected",
+        "expired",
+        "committed",
+    }
 
 
 def test_approvals_are_counted_by_status(planner):

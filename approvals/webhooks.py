@@ -1,0 +1,246 @@
+"""Webhooks for approval events, signed in the style of Standard Webhooks.
+
+Each event makes one ``WebhookDelivery`` row per active subscription that
+wants it, inside the transaction that caused it; after that transaction
+commits, a Celery task POSTs it (``approvals.tasks.deliver_webhook``). Nothing
+here waits on an endpoint: a dead one costs the worker a timeout, never the
+officer a slow decision.
+
+On the wire, a JSON POST with
+    webhook-id:        msg_<hex>            (the delivery's id; stable across retries)
+    webhook-timestamp: <unix seconds>
+    webhook-signature: v1,<base64 HMAC-SHA256 over "<id>.<timestamp>.<body>">
+keyed with the base64-decoded part of the subscription's ``whsec_`` secret.
+A failed attempt is retried with exponential backoff
+(``ZEROLOCK_WEBHOOK_RETRY_BASE_SECONDS`` x 2^n, ``ZEROLOCK_WEBHOOK_MAX_ATTEMPTS``
+attempts in all); every attempt is recorded and shown in admin."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from .models import (
+    Approval,
+    ApprovalStatus,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookDeliveryStatus,
+    WebhookEvent,
+    WebhookSubscription,
+    status_label,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def retry_base_seconds() -> float:
+    return _env_float("ZEROLOCK_WEBHOOK_RETRY_BASE_SECONDS", 10.0)
+
+
+def max_attempts() -> int:
+    return int(_env_float("ZEROLOCK_WEBHOOK_MAX_ATTEMPTS", 6))
+
+
+def timeout_seconds() -> float:
+    return _env_float("ZEROLOCK_WEBHOOK_TIMEOUT_SECONDS", 5.0)
+
+
+def _time(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+def event_payload(event: str, approval: Approval) -> dict[str, Any]:
+    """What a receiver needs to act: who asked for what, and what became of it.
+    Not the values themselves (they may be large or sensitive): the console
+    link and the API have them."""
+    return {
+        "type": event,
+        "timestamp": _time(timezone.now()),
+        "data": {
+            "approval_id": approval.id,
+            "shard_id": approval.shard_id,
+            "status": approval.effective_status,
+            "status_label": status_label(approval.effective_status),
+            "description": approval.description,
+            "requested_by": approval.requested_by,
+            "requested_key_name": approval.requested_key_name,
+            "approvals_required": approval.approvals_required,
+            "created_at": _time(approval.created_at),
+            "expires_at": _time(approval.expires_at),
+            "decided_at": _time(approval.decided_at),
+            "decided_by": approval.decided_by,
+            "reason": approval.reason,
+            "commit": approval.commit,
+            "console_path": f"/console/approvals/{approval.id}",
+        },
+    }
+
+
+def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{message_id}.{timestamp}.".encode() + body
+    digest = hmac.new(key, signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def emit(event: str, approval: Approval) -> list[str]:
+    """Inside the transaction of the change: one delivery per subscription that
+    wants ``event``; their sending is queued for after the commit."""
+    subscriptions = [
+        s for s in WebhookSubscription.objects.filter(active=True) if event in (s.events or [])
+    ]
+    if not subscriptions:
+        return []
+    payload = event_payload(event, approval)
+    ids = []
+    for subscription in subscriptions:
+        delivery = WebhookDelivery.objects.create(
+            id=f"msg_{secrets.token_hex(12)}",
+            subscription=subscription,
+            event=event,
+            approval_id=approval.id,
+            payload=payload,
+        )
+        ids.append(delivery.id)
+    transaction.on_commit(lambda: enqueue(ids))
+    return ids
+
+
+def enqueue(ids: list[str], countdown: float = 0) -> None:
+    """Hands deliveries to Celery. A broker that is down must not turn a
+    decision into an error: the delivery stays pending and the periodic sweep
+    (``resend_stuck``) queues it again."""
+    from .tasks import deliver_webhook
+
+    for delivery_id in ids:
+        try:
+            deliver_webhook.apply_async((delivery_id,), countdown=countdown)
+        except Exception:
+            logger.exception("webhook %s could not be queued; the sweep will retry", delivery_id)
+
+
+def deliver(delivery_id: str) -> str:
+    """One attempt (the Celery task's body); schedules the next on failure."""
+    delivery = WebhookDelivery.objects.select_related("subscription").filter(pk=delivery_id).first()
+    if delivery is None or delivery.status in (
+        WebhookDeliveryStatus.DELIVERED,
+        WebhookDeliveryStatus.FAILED,
+    ):
+        return "skipped"
+    subscription = delivery.subscription
+    body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True).encode()
+    timestamp = int(time.time())
+    headers = {
+        "content-type": "application/json",
+        "user-agent": "ZeroLock-Webhooks/1",
+        "webhook-id": delivery.id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(subscription.secret, delivery.id, timestamp, body),
+    }
+    number = delivery.attempts + 1
+    started, clock = timezone.now(), time.monotonic()
+    status_code, error = None, ""
+    try:
+        response = httpx.post(
+            subscription.url,
+            content=body,
+            headers=headers,
+            timeout=timeout_seconds(),
+            follow_redirects=False,
+        )
+        status_code = response.status_code
+        ok = 200 <= status_code < 300
+        if not ok:
+            error = f"HTTP {status_code}"
+    except httpx.HTTPError as exc:
+        ok, error = False, f"{type(exc).__name__}: {exc}"[:500]
+    WebhookAttempt.objects.create(
+        delivery=delivery,
+        number=number,
+        started_at=started,
+        duration_ms=int((time.monotonic() - clock) * 1000),
+        status_code=status_code,
+        error=error,
+        ok=ok,
+    )
+    delivery.attempts = number
+    if ok:
+        delivery.status, delivery.delivered_at = WebhookDeliveryStatus.DELIVERED, timezone.now()
+    elif number >= max_attempts():
+        delivery.status = WebhookDeliveryStatus.FAILED
+    else:
+        delay = retry_base_seconds() * 2 ** (number - 1)
+        delivery.status = WebhookDeliveryStatus.RETRYING
+        delivery.next_attempt_at = timezone.now() + timedelta(seconds=delay)
+    delivery.save(update_fields=["attempts", "status", "delivered_at", "next_attempt_at"])
+    if delivery.status == WebhookDeliveryStatus.RETRYING:
+        enqueue([delivery.id], countdown=retry_base_seconds() * 2 ** (number - 1))
+    return delivery.status
+
+
+def emit_expiring(now: datetime | None = None) -> int:
+    """approval.expiring, once per subscription and approval, when a pending
+    approval comes within the subscription's lead time of its deadline."""
+    now = now or timezone.now()
+    sent = 0
+    for subscription in WebhookSubscription.objects.filter(active=True):
+        if WebhookEvent.EXPIRING not in (subscription.events or []):
+            continue
+        horizon = now + timedelta(seconds=subscription.expiring_lead_seconds)
+        due = Approval.objects.filter(
+            status=ApprovalStatus.PENDING, expires_at__gt=now, expires_at__lte=horizon
+        ).exclude(
+            id__in=WebhookDelivery.objects.filter(
+                subscription=subscription, event=WebhookEvent.EXPIRING
+            ).values("approval_id")
+        )
+        for approval in due[:500]:
+            try:
+                with transaction.atomic():
+                    delivery = WebhookDelivery.objects.create(
+                        id=f"msg_{secrets.token_hex(12)}",
+                        subscription=subscription,
+                        event=WebhookEvent.EXPIRING,
+                        approval_id=approval.id,
+                        payload=event_payload(WebhookEvent.EXPIRING, approval),
+                    )
+            except IntegrityError:  # another sweep got there first
+                continue
+            enqueue([delivery.id])
+            sent += 1
+    return sent
+
+
+def resend_stuck(now: datetime | None = None) -> int:
+    """Deliveries whose queued attempt never ran (broker down, worker killed
+    holding it): queue them again, a while after they were due."""
+    now = now or timezone.now()
+    stuck = WebhookDelivery.objects.filter(
+        status__in=[WebhookDeliveryStatus.PENDING, WebhookDeliveryStatus.RETRYING],
+        next_attempt_at__lte=now - timedelta(seconds=60),
+    )
+    ids = list(stuck.values_list("id", flat=True)[:200])
+    if ids:
+        WebhookDelivery.objects.filter(pk__in=ids).update(next_attempt_at=now)
+        enqueue(ids)
+    return len(ids)

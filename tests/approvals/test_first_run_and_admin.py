@@ -1,0 +1,89 @@
+"""First run, console users, and the API-key admin reading right."""
+
+from __future__ import annotations
+
+import re
+import stat
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+from django.test import Client
+
+from shards.models import ApiKey
+
+pytestmark = pytest.mark.django_db
+
+
+def test_first_run_credentials_go_to_an_owner_only_file_too(capsys, settings, tmp_path):
+    settings.DATA_DIR = tmp_path
+    call_command("bootstrap")
+    out = capsys.readouterr().out
+    path = tmp_path / "first-run.txt"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    text = path.read_text()
+    password = re.search(r"admin / (\S+)", text)[1]
+    raw = re.search(r"(zl_\S+)", text)[1]
+    assert password in out and raw in out and str(path) in out
+    assert Client().login(username="admin", password=password)
+    call_command("bootstrap")
+    again = capsys.readouterr().out
+    assert "already bootstrapped" in again and str(path) in again and "zl_" not in again
+
+
+def test_reset_admin_prints_a_new_password_that_works(capsys, settings, tmp_path):
+    settings.DATA_DIR = tmp_path
+    call_command("bootstrap")
+    old = re.search(r"admin / (\S+)", capsys.readouterr().out)[1]
+    call_command("bootstrap", "--reset-admin")
+    new = re.search(r"admin / (\S+)", capsys.readouterr().out)[1]
+    assert new != old
+    assert Client().login(username="admin", password=new)
+    assert not Client().login(username="admin", password=old)
+
+
+def test_createuser_makes_risk_officers_and_viewers_for_the_console(capsys):
+    from approvals.models import Approval  # noqa: F401 (the app is loaded)
+
+    call_command("createuser", "rita", "--role", "risk-officer")
+    password = re.search(r"with password (\S+)\.", capsys.readouterr().out)[1]
+    call_command("createuser", "victor", "--role", "viewer", "--password", "pw-victor-1")
+    rita, victor = User.objects.get(username="rita"), User.objects.get(username="victor")
+    assert rita.has_perm("approvals.decide_approval") and rita.check_password(password)
+    assert victor.has_perm("approvals.view_approval")
+    assert not victor.has_perm("approvals.decide_approval")
+    client = Client()
+    client.force_login(victor)
+    assert client.get("/console/").status_code == 200
+    with pytest.raises(CommandError):
+        call_command("createuser", "rita", "--role", "viewer")
+
+
+def test_the_key_list_says_active_and_revoked_in_words(make_key):
+    make_key("shard:read", name="live-key")
+    gone = make_key("shard:read", name="gone-key")
+    ApiKey.objects.filter(prefix=gone.split(".")[0].removeprefix("zl_")).update(revoked=True)
+    admin = Client()
+    admin.force_login(User.objects.create_superuser("root", "", "x"))
+    html = admin.get("/admin/access/apikey/").content.decode()
+    rows = {name: re.search(rf"{name}.*?</tr>", html, re.S)[0] for name in ("live-key", "gone-key")}
+    assert ">active<" in rows["live-key"] and "revoked" not in rows["live-key"]
+    assert ">revoked<" in rows["gone-key"]
+    assert "icon-yes" not in rows["gone-key"] and "icon-no" not in rows["live-key"]
+
+
+def test_the_key_created_page_is_post_redirect_get_and_shows_the_key_once():
+    admin = Client()
+    admin.force_login(User.objects.create_superuser("root", "", "x"))
+    response = admin.post(
+        "/admin/access/apikey/add/",
+        {"name": "made-once", "permissions": ["shard:read"], "agent_ids": "", "_save": "Save"},
+    )
+    assert response.status_code == 302, response.content.decode()[:1500]
+    assert ApiKey.objects.filter(name="made-once").count() == 1
+    first = admin.get(response["Location"])
+    raw = re.search(r'id="raw-key" readonly value="([^"]+)"', first.content.decode())[1]
+    assert "no-store" in first["Cache-Control"]
+    reload = admin.get(response["Location"]).content.decode()
+    assert raw not in reload and "was shown once" in reload
+    assert ApiKey.objects.filter(name="made-once").count() == 1
