@@ -220,6 +220,8 @@ def approval_counts() -> dict[str, int]:
     return {
         status: Approval.objects.with_status(status).count() for status in ApprovalStatus.values
     }
+
+
 # --- webhooks ---------------------------------------------------------------
 
 

@@ -32,7 +32,7 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
-def metadata_check(value: Any) -> dict[str, Any]:
+def metadata_check(value: Any) -> None:
     if not isinstance(value, dict):
         raise serializers.ValidationError("Must be a JSON object.")
     if json_too_deep(value, METADATA_MAX_DEPTH):
@@ -42,7 +42,6 @@ def metadata_check(value: Any) -> dict[str, Any]:
         raise serializers.ValidationError(
             f"{size:,} bytes of JSON; at most {METADATA_MAX_BYTES:,}."
         )
-    return value
 
 
 class ApprovalRequestSerializer(StrictSerializer):

@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
+from celery import current_app
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -126,15 +127,17 @@ def emit(event: str, approval: Approval) -> list[str]:
     return ids
 
 
+DELIVER_TASK = "approvals.tasks.deliver_webhook"
+
+
 def enqueue(ids: list[str], countdown: float = 0) -> None:
     """Hands deliveries to Celery. A broker that is down must not turn a
     decision into an error: the delivery stays pending and the periodic sweep
     (``resend_stuck``) queues it again."""
-    from .tasks import deliver_webhook
-
     for delivery_id in ids:
         try:
-            deliver_webhook.apply_async((delivery_id,), countdown=countdown)
+            # By name: the domain does not import its Celery wrappers (tasks.py).
+            current_app.tasks[DELIVER_TASK].apply_async((delivery_id,), countdown=countdown)
         except Exception:
             logger.exception("webhook %s could not be queued; the sweep will retry", delivery_id)
 

@@ -81,7 +81,7 @@ def revocations(server: Server, trials: int) -> list[float]:
                 # The shell prints the wall clock right after the revocation committed;
                 # the shell's own start and exit are not counted.
                 code = (
-                    "import time; from shards.models import ApiKey; "
+                    "import time; from access.models import ApiKey; "
                     "from shards.services import api_key_revoke; "
                     f"[api_key_revoke(key=k, revoked_by='bench') for k in ApiKey.objects.filter(prefix__endswith='{prefix}')]; "
                     "print(time.time())"

@@ -9,9 +9,9 @@ from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
+from access.auth import can_watch
 from approvals.models import Approval
 from approvals.models import status_label as label_of
-from shards.consumers import can_watch
 
 register = template.Library()
 

@@ -11,8 +11,10 @@ import httpx
 import pytest
 from django.contrib.auth.models import Group, User
 
+from access.auth import Actor
+from access.services import api_key_create
 from approvals.roles import groups_ensure
-from shards.services import Actor, api_key_create, shard_create
+from shards.services import shard_create
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -6,11 +6,13 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from access.auth import Actor
 from approvals.models import Approval
 from approvals.roles import groups_ensure
 from approvals.services import Decider, approval_decide, approval_request
-from shards.models import AuditEntry, Shard
-from shards.services import Actor, shard_create
+from audit.models import AuditEntry
+from shards.models import Shard
+from shards.services import shard_create
 
 pytestmark = pytest.mark.django_db
 

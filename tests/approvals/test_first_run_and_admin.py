@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from shards.models import ApiKey
+from access.models import ApiKey
 
 pytestmark = pytest.mark.django_db
 

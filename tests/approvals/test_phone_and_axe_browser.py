@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from shards.services import Actor, shard_create
+from access.auth import Actor
+from shards.services import shard_create
 from tests.approvals.a11y import axe_violations, report
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shards.services import Actor, shard_create
+from access.auth import Actor
+from shards.services import shard_create
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 

@@ -8,7 +8,7 @@ import pytest
 
 from approvals.diffview import line_diff, pretty_lines
 from approvals.review import Segment, change_summary, text_diff, word_segments
-from shards.boundeddiff import DiffLimits, bounded_diff
+from common.boundeddiff import DiffLimits, bounded_diff
 
 LIMITS = DiffLimits(max_bytes=10**6, max_depth=64, max_seconds=5)
 

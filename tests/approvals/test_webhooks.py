@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from access.auth import Actor
 from approvals.models import (
     Approval,
     WebhookAttempt,
     WebhookDelivery,
     WebhookSubscription,
 )
-from shards.services import Actor, shard_create
+from shards.services import shard_create
 from tests.conftest import ROOT, server_env
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]

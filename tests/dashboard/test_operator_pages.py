@@ -10,10 +10,11 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from access.auth import Actor
 from approvals.roles import groups_ensure
 from dashboard.views import natural_key
 from shards.models import Shard
-from shards.services import Actor, shard_commit, shard_create
+from shards.services import shard_commit, shard_create
 
 pytestmark = pytest.mark.django_db
 
