@@ -131,7 +131,7 @@ class Approval(models.Model):
     # {"version", "audit_entry_id"} once applied, or {"error": "STALE_VERSION", ...}.
     commit = models.JSONField(null=True, blank=True)
     # The RFC 6902 patch from value_at_request to proposed_value, computed once at
-    # request time under a size, depth and time cap (shards/boundeddiff.py). When
+    # request time under a size, depth and time cap (common/boundeddiff.py). When
     # the cap was hit, ``diff`` is null and ``diff_omitted`` says which one.
     diff = models.JSONField(null=True, blank=True)
     diff_omitted = models.CharField(max_length=16, blank=True)

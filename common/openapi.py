@@ -1,7 +1,7 @@
 """The error answers of /api/ in the OpenAPI document (docs/api.md, "Errors").
 
 Every endpoint may answer 400, 401, 403, 404, 413, 415 and 429 in the one error
-envelope (shards/errors.py), so one postprocessing hook lists them on every /api/
+envelope (common/errors.py), so one postprocessing hook lists them on every /api/
 operation instead of each view repeating them. Views add only what is theirs
 (409 conflicts, 503) with ``extend_schema(responses={409: CONFLICT})``.
 """

@@ -4,6 +4,7 @@ pages' read-only channel, /ws/live/."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from typing import Any
 from urllib.parse import parse_qs
@@ -120,6 +121,19 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         self.key = key
         if not still_allowed:
             await self.close(code=CLOSE_NOT_ALLOWED)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """Bad input gets an error frame, never a server error: a frame that is
+        not JSON text used to close the socket with 1011."""
+        try:
+            content = json.loads(text_data) if text_data is not None else None
+        except (ValueError, RecursionError):
+            content = None
+        if content is None:
+            error = ApiError(400, "VALIDATION_ERROR", "Send JSON text frames.")
+            await self.send_json({"type": "error", **error.envelope()["error"]})
+            return
+        await self.receive_json(content)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         kind = content.get("type") if isinstance(content, dict) else None

@@ -143,7 +143,7 @@ def shard_deleted(*, shard_id: str, deleted_by: str) -> None:
     )
 
 
-# Invalidations go to one group that each server process joins once (shards.fanout);
+# Invalidations go to one group that each server process joins once (realtime.fanout);
 # the process hands them to its own subscribed sockets. Joining a channel-layer
 # group per subscribed id was a Redis round trip per id.
 INVALIDATE_GROUP = "invalidate"

@@ -330,7 +330,7 @@ ZEROLOCK_DELIVERY_WRITE_BEHIND = env_bool("ZEROLOCK_DELIVERY_WRITE_BEHIND", True
 # thread every 0.5 s; tests that read them right away write them inline.
 ZEROLOCK_METRICS_WRITE_BEHIND = env_bool("ZEROLOCK_METRICS_WRITE_BEHIND", True)
 # Audit records of commits refused before the write lock (already stale), in
-# batches every 0.2 s (shards/rejections.py).
+# batches every 0.2 s (audit/rejections.py).
 ZEROLOCK_REJECTION_WRITE_BEHIND = env_bool("ZEROLOCK_REJECTION_WRITE_BEHIND", True)
 # How long delivery-log rows (who read which version) are kept.
 ZEROLOCK_DELIVERY_RETENTION_DAYS = env_int("ZEROLOCK_DELIVERY_RETENTION_DAYS", 30)
