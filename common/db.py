@@ -27,7 +27,9 @@ def keep_wal_open(sender: object, connection: Any, **kwargs: object) -> None:
         _keepers[name] = sqlite3.connect(name, check_same_thread=False)
 
 
-_writer = threading.Lock()
+# Reentrant: after-commit hooks run while the committing thread still holds it,
+# and one of them (a metrics flush, inline in tests) may write again.
+_writer = threading.RLock()
 
 
 @contextmanager

@@ -297,15 +297,7 @@ def _commit_locked(
                 rejection = ShardNotFound(shard_id)
             else:
                 rejection = _stale_error(expected_version, current)
-                send_event_on_commit(
-                    "conflict",
-                    key_prefix=actor.key_prefix,
-                    agent_id=actor.agent_id,
-                    shard_id=shard_id,
-                    version=current["version"],
-                    winning=current["value"],
-                    rejected=new_value,
-                )
+                _conflict_told(actor, shard_id, current, new_value)
         _append_rejection(audit, actor, shard_id, expected_version, rejection)
     raise rejection
 
@@ -353,6 +345,12 @@ def _stale_precheck(actor: Actor, shard_id: str, expected_version: int, new_valu
         expected=expected_version,
         code=rejection.code,
     )
+    _conflict_told(actor, shard_id, current, new_value)
+    raise rejection
+
+
+def _conflict_told(actor: Actor, shard_id: str, current: Mapping[str, Any], rejected: Any) -> None:
+    """The loser of a race hears what won and how its value differs (Layer 3)."""
     send_event_on_commit(
         "conflict",
         key_prefix=actor.key_prefix,
@@ -360,9 +358,8 @@ def _stale_precheck(actor: Actor, shard_id: str, expected_version: int, new_valu
         shard_id=shard_id,
         version=current["version"],
         winning=current["value"],
-        rejected=new_value,
+        rejected=rejected,
     )
-    raise rejection
 
 
 def _stale_error(expected_version: int, current: Mapping[str, Any]) -> ApiError:
