@@ -137,7 +137,7 @@ def enqueue(ids: list[str], countdown: float = 0) -> None:
     for delivery_id in ids:
         try:
             # By name: the domain does not import its Celery wrappers (tasks.py).
-            current_app.tasks[DELIVER_TASK].apply_async((delivery_id,), countdown=countdown)
+            current_app.send_task(DELIVER_TASK, args=(delivery_id,), countdown=countdown)
         except Exception:
             logger.exception("webhook %s could not be queued; the sweep will retry", delivery_id)
 
