@@ -149,6 +149,8 @@ def test_an_officer_who_allowed_notifications_gets_one_for_a_new_request(console
           window.Notification.permission = "granted";
         }"""
     )
+    # The request must come after the page's live socket is open, or nothing tells it.
+    page.wait_for_function("document.body.dataset.live === 'open'", timeout=10000)
     approval_id = console["executor"].request("budget", {"limit": 3, "note": "n"}, "Notify")
     page.wait_for_function("window.shown.length > 0", timeout=5000)
     shown = page.evaluate("window.shown")
