@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -132,6 +133,15 @@ def test_bulk_reject_takes_one_reason_for_the_selected_requests(console, browser
     assert reasons == {"Duplicate requests from a looping agent"}
 
 
+def until(page, expression: str, *, seconds: float) -> None:
+    """Polls ``expression`` with page.evaluate. Not wait_for_function: its poller
+    evaluates strings with eval, which the console's CSP (rightly) forbids."""
+    deadline = time.monotonic() + seconds
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"timed out waiting for {expression}"
+        time.sleep(0.05)
+
+
 def test_an_officer_who_allowed_notifications_gets_one_for_a_new_request(console, browser):
     from playwright.sync_api import expect
 
@@ -150,9 +160,9 @@ def test_an_officer_who_allowed_notifications_gets_one_for_a_new_request(console
         }"""
     )
     # The request must come after the page's live socket is open, or nothing tells it.
-    page.wait_for_function("document.body.dataset.live === 'open'", timeout=10000)
+    until(page, "document.body.dataset.live === 'open'", seconds=10)
     approval_id = console["executor"].request("budget", {"limit": 3, "note": "n"}, "Notify")
-    page.wait_for_function("window.shown.length > 0", timeout=5000)
+    until(page, "window.shown.length > 0", seconds=5)
     shown = page.evaluate("window.shown")
     assert shown[0]["tag"] == approval_id
     assert "budget" in shown[0]["body"]
