@@ -135,7 +135,7 @@ def shard_read(*, shard_id: str, reader: str) -> Shard:
     """Reads a shard and records the delivery (who saw which version)."""
     if any_write_sweep_due():  # a read never shows what an expired lease held
         with write_transaction():
-            pass
+            pass  # its sweeps are the point: what expired is ended before the read
     shard = shard_get(shard_id)
     shard.value = shard_current_value(shard)
     recorder.record(agent_id=reader, shard_id=shard.id, version=shard.version)
