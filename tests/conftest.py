@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -144,6 +145,53 @@ def _db_pool_closed_before_teardown(django_db_setup, django_db_blocker) -> Itera
     for conn in connections.all():
         if hasattr(conn, "close_pool"):
             conn.close_pool()
+
+
+def _flush_yielding_to_live_servers(original: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Wraps a transactional test's teardown flush so it gives way to the live
+    servers. Their write-behind threads (metrics, deliveries, webhooks) may still
+    be writing when a test ends; on PostgreSQL the flush's TRUNCATE takes its table
+    locks one by one, and a writer holding one of them while wanting another is a
+    deadlock that PostgreSQL settles by killing either side: the flush (the test
+    then leaks rows into the next) or the server's statement (a 500 in some later
+    request). With a short lock timeout the flush is always the side that gives
+    up, well before PostgreSQL's one-second deadlock check, and it simply retries."""
+
+    def teardown(self: Any) -> None:
+        from django.core.management.base import CommandError
+        from django.db import OperationalError, connection
+
+        if connection.vendor != "postgresql":
+            original(self)
+            return
+        for attempt in range(50):
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = '200ms'")
+            try:
+                original(self)
+                return
+            except CommandError as exc:
+                if not isinstance(exc.__cause__, OperationalError) or attempt == 49:
+                    raise
+                time.sleep(0.05)
+            finally:
+                with connection.cursor() as cursor:
+                    cursor.execute("RESET lock_timeout")
+
+    return teardown
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _teardown_flush_gives_way_to_live_servers() -> Iterator[None]:
+    from django.test import TransactionTestCase
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            TransactionTestCase,
+            "_fixture_teardown",
+            _flush_yielding_to_live_servers(TransactionTestCase._fixture_teardown),
+        )
+        yield
 
 
 @pytest.fixture(autouse=True)
