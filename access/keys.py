@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
+import time
 from datetime import timedelta
 
-from django.core.cache import cache
+from django.conf import settings
 from django.utils import timezone
 
 from common.errors import ApiError
@@ -44,10 +46,48 @@ def prefix_of(raw: str) -> str:
     return (split_raw_key(raw) or ("",))[0]
 
 
+class KeyCache:
+    """Keys by prefix, each held for at most ZEROLOCK_KEY_CACHE_SECONDS (0.5 s by
+    default) in this process, so a busy agent's requests do not each pay a key
+    query, while a key revoked or changed anywhere (another process, the admin,
+    SQL) is refused by every process within that time. Saves in this process
+    drop the entry at once. Unknown prefixes are never held: a flood of made-up
+    keys must not grow this map (the address rate limit meets those)."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, tuple[float, ApiKey]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, prefix: str) -> ApiKey | None:
+        ttl = settings.ZEROLOCK_KEY_CACHE_SECONDS
+        held = self._keys.get(prefix)
+        now = time.monotonic()
+        if held is not None and now - held[0] < ttl:
+            return held[1]
+        key = ApiKey.objects.filter(prefix=prefix).first()
+        with self._lock:
+            if key is None or ttl <= 0:
+                self._keys.pop(prefix, None)
+            else:
+                self._keys[prefix] = (now, key)
+        return key
+
+    def forget(self, prefix: str) -> None:
+        with self._lock:
+            self._keys.pop(prefix, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._keys.clear()
+
+
+key_cache = KeyCache()
+
+
 def key_from_raw(raw: str) -> ApiKey:
     """The usable key for a raw key string, or ApiError 401 saying why not."""
     parts = split_raw_key(raw)
-    key = ApiKey.objects.filter(prefix=parts[0]).first() if parts else None
+    key = key_cache.get(parts[0]) if parts else None
     if (
         parts is None
         or key is None
@@ -62,6 +102,16 @@ def key_from_raw(raw: str) -> ApiKey:
     return key
 
 
+_touched: dict[int, float] = {}
+
+
 def _touch(key: ApiKey) -> None:
-    if cache.add(f"apikey-used:{key.pk}", 1, timeout=LAST_USED_RESOLUTION.total_seconds()):
-        ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+    """At most one last_used_at write per key per minute per process; the check is
+    a dict lookup, not a cache round trip (Redis) on every request."""
+    now = time.monotonic()
+    if now - _touched.get(key.pk, -LAST_USED_RESOLUTION.total_seconds()) < (
+        LAST_USED_RESOLUTION.total_seconds()
+    ):
+        return
+    _touched[key.pk] = now
+    ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())

@@ -1,5 +1,6 @@
-"""Sliding-window rate limiting on the Django cache (local memory by default,
-Redis with REDIS_URL, so several processes share one count).
+"""Sliding-window rate limiting: counts in this process's memory on the embedded
+default (one process serves it all, and a dict costs nothing), in Redis with
+REDIS_URL, so several processes share one count (one round trip per request).
 
 The window is approximated the usual way: this minute's count plus last minute's
 count weighted by how much of last minute still lies inside the window. Counts
@@ -9,10 +10,14 @@ last slot.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 import time
 from dataclasses import dataclass
+from typing import Any, Protocol
 
+from django.conf import settings
 from django.core.cache import cache
 
 from common.errors import ApiError
@@ -62,23 +67,102 @@ def sliding_window(*, limit: int, previous: int, current: int, elapsed: float) -
     return RateState(limit, 0, reset, max(1, math.ceil(wait)))
 
 
+COUNT_TTL = WINDOW_SECONDS * 2 + 5
+
+
+class WindowCounts(Protocol):
+    def hit(self, identity: str, window: int) -> tuple[int, int]:
+        """Adds one to ``window``'s count; returns (previous window's, this one's)."""
+
+    def undo(self, identity: str, window: int) -> None:
+        """Takes back the one just added (a refused request is not counted)."""
+
+
+class LocalCounts:
+    """Counts in this process: the embedded default runs one server process."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
+        self._pruned = 0
+
+    def hit(self, identity: str, window: int) -> tuple[int, int]:
+        with self._lock:
+            if window != self._pruned:  # once a minute, drop windows nobody reads
+                self._counts = {k: v for k, v in self._counts.items() if k[1] >= window - 1}
+                self._pruned = window
+            current = self._counts.get((identity, window), 0) + 1
+            self._counts[(identity, window)] = current
+            return self._counts.get((identity, window - 1), 0), current
+
+    def undo(self, identity: str, window: int) -> None:
+        with self._lock:
+            if self._counts.get((identity, window), 0) > 0:
+                self._counts[(identity, window)] -= 1
+
+
+class CacheCounts:
+    """Counts in the shared cache (Redis): one pipelined round trip per hit."""
+
+    @staticmethod
+    def _key(identity: str, window: int) -> str:
+        return f"ratelimit:{identity}:{window}"
+
+    def hit(self, identity: str, window: int) -> tuple[int, int]:
+        current_key = self._key(identity, window)
+        client = _redis_client()
+        if client is not None:
+            made = cache.make_and_validate_key(current_key)
+            pipe = client.pipeline(transaction=False)
+            pipe.incr(made)
+            pipe.expire(made, COUNT_TTL)
+            pipe.get(cache.make_and_validate_key(self._key(identity, window - 1)))
+            current, _, previous = pipe.execute()
+            return int(previous or 0), int(current)
+        previous = cache.get(self._key(identity, window - 1), 0)
+        cache.add(current_key, 0, timeout=COUNT_TTL)
+        try:
+            current = cache.incr(current_key)
+        except ValueError:  # expired between add and incr
+            cache.set(current_key, 1, timeout=COUNT_TTL)
+            current = 1
+        return previous, current
+
+    def undo(self, identity: str, window: int) -> None:
+        with contextlib.suppress(ValueError):  # expired meanwhile: nothing to take back
+            cache.decr(self._key(identity, window))
+
+
+def _redis_client() -> Any:
+    """The raw redis client behind Django's Redis cache, or None for other caches.
+    Counts are stored as plain integers (INCR) either way, which Django's
+    RedisCache reads back as integers too."""
+    inner = getattr(cache, "_cache", None)
+    get_client = getattr(inner, "get_client", None)
+    return get_client(write=True) if get_client is not None else None
+
+
+_local_counts = LocalCounts()
+_cache_counts = CacheCounts()
+
+
+def window_counts() -> WindowCounts:
+    """Where counts live: in memory unless a shared (non-local) cache is configured."""
+    backend = settings.CACHES["default"]["BACKEND"]
+    return _local_counts if backend.endswith("LocMemCache") else _cache_counts
+
+
 def rate_limit_hit(*, identity: str, limit: int, now: float | None = None) -> RateState:
     """Counts one request for ``identity``; refused requests are not counted."""
     now = time.time() if now is None else now
     window = int(now // WINDOW_SECONDS)
-    current_key = f"ratelimit:{identity}:{window}"
-    previous = cache.get(f"ratelimit:{identity}:{window - 1}", 0)
-    cache.add(current_key, 0, timeout=WINDOW_SECONDS * 2 + 5)
-    try:
-        current = cache.incr(current_key)
-    except ValueError:  # expired between add and incr
-        cache.set(current_key, 1, timeout=WINDOW_SECONDS * 2 + 5)
-        current = 1
+    counts = window_counts()
+    previous, current = counts.hit(identity, window)
     state = sliding_window(
         limit=limit, previous=previous, current=current, elapsed=now - window * WINDOW_SECONDS
     )
     if not state.allowed:
-        cache.decr(current_key)
+        counts.undo(identity, window)
     return state
 
 

@@ -11,7 +11,7 @@ from audit.models import AuditAction
 from audit.rejections import rejections
 from common.errors import ApiError
 
-from .keys import generate_raw_key
+from .keys import generate_raw_key, key_cache
 from .models import ApiKey, ApiKeyPermission
 
 
@@ -96,6 +96,7 @@ def api_key_revoke(*, key: ApiKey, revoked_by: str) -> ApiKey:
     with audited_transaction() as audit:
         if ApiKey.objects.filter(pk=key.pk, revoked=False).update(revoked=True):
             audit.append(action=AuditAction.KEY_REVOKE, agent_id=revoked_by, key_prefix=key.prefix)
+    key_cache.forget(key.prefix)
     key.revoked = True
     return key
 

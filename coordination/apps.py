@@ -13,4 +13,16 @@ class CoordinationConfig(AppConfig):
         from .leases import LEASE_SWEEP, lease_bindings_drop, leases_due, leases_expire_due
 
         write_sweep_register(LEASE_SWEEP, leases_expire_due, due=leases_due)
+
+        from django.db.models.signals import post_save
+
+        from .leases import next_expiry
+        from .models import Lease
+
+        def noted(sender: type, instance: Lease, **_: object) -> None:
+            if not instance.revoked:
+                next_expiry.note(instance.expires_at)
+
+        # Every lease saved in this process moves its next-expiry deadline.
+        post_save.connect(noted, sender=Lease, weak=False, dispatch_uid="lease-next-expiry")
         delete_hook_register("leases", lease_bindings_drop)

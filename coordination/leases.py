@@ -12,9 +12,12 @@ beat sweeps as well: correctness never waits for the worker."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import threading
+import time
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models import Min
 from django.utils import timezone
 
 from access.auth import Actor
@@ -119,12 +122,61 @@ def leases_expire_due(audit: AuditWriter) -> int:
     due = list(Lease.objects.due())
     for lease in due:
         _end(audit, lease, "expired")
+    next_expiry.forget()
     return len(due)
 
 
+class NextExpiry:
+    """When the soonest live lease ends, as this process knows it, so that every
+    read and commit can ask "is a lease due?" without a query.
+
+    Leases saved here (granted, kept alive, edited in the admin) are noted at
+    once, by a post_save hook (coordination.apps). Ones granted by another process (the
+    worker, a second server) are learnt by re-reading the soonest expiry from the
+    database at most every REFRESH_SECONDS; since no lease lives shorter than
+    MIN_TTL > REFRESH_SECONDS, a lease is always known here before it is due.
+    A stale deadline only errs early (a keep-alive moved it later): the sweep
+    then finds nothing, and the deadline is read afresh."""
+
+    REFRESH_SECONDS = 0.25
+
+    def __init__(self) -> None:
+        self._deadline: float | None = None  # epoch seconds; None: no live lease
+        self._read_at = float("-inf")  # monotonic
+        self._lock = threading.Lock()
+
+    def due(self) -> bool:
+        if time.monotonic() - self._read_at >= self.REFRESH_SECONDS:
+            self._reload()
+        deadline = self._deadline
+        return deadline is not None and deadline <= time.time()
+
+    def _reload(self) -> None:
+        read_at = time.monotonic()
+        soonest = Lease.objects.filter(revoked=False).aggregate(at=Min("expires_at"))["at"]
+        with self._lock:
+            self._deadline = soonest.timestamp() if soonest is not None else None
+            self._read_at = read_at
+
+    def note(self, expires_at: datetime) -> None:
+        """A lease granted in this process ends at ``expires_at``."""
+        with self._lock:
+            at = expires_at.timestamp()
+            self._deadline = at if self._deadline is None else min(self._deadline, at)
+
+    def forget(self) -> None:
+        """Read the soonest expiry afresh at the next question (after a sweep)."""
+        self._read_at = float("-inf")
+
+
+assert NextExpiry.REFRESH_SECONDS < MIN_TTL  # the invariant the class relies on
+next_expiry = NextExpiry()
+
+
 def leases_due() -> bool:
-    """Lock-free: is any lease past its time? (Reads check this first.)"""
-    return Lease.objects.due().exists()
+    """Lock-free and, mostly, query-free: is any lease past its time? Every read
+    and write asks this first."""
+    return next_expiry.due()
 
 
 def leases_expire_now() -> int:

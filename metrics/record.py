@@ -160,6 +160,7 @@ def _live_gauges() -> Any:
 
 
 _connections_cache: tuple[float, int] = (0.0, 0)
+CONNECTIONS_CACHE_SECONDS = 1.0
 
 
 def connections_total() -> int:
@@ -167,7 +168,7 @@ def connections_total() -> int:
     every commit to count what a naive broadcast would have sent)."""
     global _connections_cache
     at, value = _connections_cache
-    if time.monotonic() - at < 1:
+    if time.monotonic() - at < CONNECTIONS_CACHE_SECONDS:
         return value
     value = sum(_live_gauges().values_list("connections", flat=True))
     _connections_cache = (time.monotonic(), value)

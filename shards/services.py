@@ -237,7 +237,7 @@ def shard_commit(
         raise
     value_validate(shard.value_schema, new_value)
     try:
-        _stale_precheck(actor, shard_id, expected_version, new_value)
+        _stale_precheck(actor, shard, expected_version, new_value)
         return _commit_locked(
             actor=actor,
             shard=shard,
@@ -318,20 +318,17 @@ def _approval_used(
     )
 
 
-def _shard_version(shard_id: str) -> int | None:
-    return Shard.objects.filter(pk=shard_id).values_list("version", flat=True).first()
-
-
-def _stale_precheck(actor: Actor, shard_id: str, expected_version: int, new_value: Any) -> None:
+def _stale_precheck(actor: Actor, shard: Shard, expected_version: int, new_value: Any) -> None:
     """Versions only grow: if the shard is already past ``expected_version`` the
     commit is doomed, and it is refused without queueing for the write lock.
 
-    Two reads, no lock: the refusal reports the second. A version at or below
-    the expected one is left to the locked path (it may yet become current), and
-    so is a second read equal to it (a delete and re-create in between), so a
-    409 never reports ``current_version == expected_version``."""
-    version = _shard_version(shard_id)
-    if version is None or version <= expected_version:
+    Two reads, no lock: the first is the rules read the caller just made
+    (``shard``, no payload), the refusal reports the second. A version at or
+    below the expected one is left to the locked path (it may yet become
+    current), and so is a second read equal to it (a delete and re-create in
+    between), so a 409 never reports ``current_version == expected_version``."""
+    shard_id = shard.id
+    if shard.version <= expected_version:
         return  # decided under the lock, as before
     # The value (possibly large) only for a refusal, which carries it.
     current = Shard.objects.filter(pk=shard_id).values("version", "value").first()

@@ -27,6 +27,11 @@ def env_int(name: str, default: int) -> int:
     return int(raw) if raw else default
 
 
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw else default
+
+
 # Everything ZeroLock writes at runtime (SQLite file, broker folders, secret key).
 DATA_DIR = Path(os.environ.get("ZEROLOCK_DATA_DIR", BASE_DIR / "var")).resolve()
 DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -283,7 +288,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["access.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["access.auth.HasKeyPermission"],
     "DEFAULT_PARSER_CLASSES": ["common.inputs.SafeJSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["common.renderers.FastJSONRenderer"],
     "EXCEPTION_HANDLER": "common.errors.api_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
@@ -309,6 +314,9 @@ ZEROLOCK_HTTP_THREADS = env_int("ZEROLOCK_HTTP_THREADS", 8)
 # the per-key default). The client IP is REMOTE_ADDR: no proxy headers trusted.
 ZEROLOCK_RATE_LIMIT_PER_MINUTE = env_int("ZEROLOCK_RATE_LIMIT_PER_MINUTE", 1000)
 ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE = env_int("ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE", 1000)
+# How long a process may trust a key it has looked up: a revoked or changed key
+# is refused everywhere within this time. 0 looks the key up on every request.
+ZEROLOCK_KEY_CACHE_SECONDS = env_float("ZEROLOCK_KEY_CACHE_SECONDS", 0.5)
 # Failed WebSocket handshakes (bad or missing key) allowed per address and minute;
 # past it the address's handshakes are refused (close 4429) before any lookup.
 ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE = env_int("ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE", 100)

@@ -193,3 +193,24 @@ def test_a_holder_that_stops_keeping_alive_loses_its_claim_once_its_ttl_is_over(
     # Safety, by the server's own clock: never taken before the lease expired.
     assert Shard.objects.get(pk="jobs").updated_at >= crashed.expires_at
     assert Shard.objects.get(pk="jobs").value == {"job-1": "survivor"}
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_a_lease_granted_by_another_process_still_ends_on_time_in_the_server(
+    live_server_url, planner, cluster
+):
+    """Each server process keeps the soonest lease expiry in memory instead of
+    asking the database on every read. A lease granted elsewhere (here: this test
+    process) must still be ended by the server's next read once it is due."""
+    lease = grant(planner, ttl=1).json()
+    granted = time.monotonic()
+    assert elect(planner, "planner-1", lease["lease_id"])["succeeded"] is True
+    _, raw = api_key_create(name="reader", permissions=["shard:read"])
+    with httpx.Client(
+        base_url=live_server_url, headers={"X-API-Key": raw, "X-Agent-Id": "reader"}, timeout=30
+    ) as reader:
+        assert reader.get("/api/shards/cluster").status_code == 200  # the server has looked
+        time.sleep(max(0.0, granted + 1.2 - time.monotonic()))
+        after = reader.get("/api/shards/cluster").json()["value"]
+    assert after == {"term": 1}

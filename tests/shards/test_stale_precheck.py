@@ -1,6 +1,6 @@
-"""Finding 15b: a 409 must never contradict itself. The stale pre-check reads the
-version, then (to build the refusal) the version and value again, both without
-the write lock; a commit landing between the two reads made a refusal of
+"""Finding 15b: a 409 must never contradict itself. The stale pre-check uses the
+version of the rules read, then (to build the refusal) reads the version and
+value again, both without the write lock; a commit landing between the two reads made a refusal of
 ``expected_version: 11`` report ``current_version: 11``. Linearizability
 checkers flag that: a version cannot be both current and stale."""
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import threading
 import uuid
-from collections.abc import Callable
 
 import httpx
 import pytest
@@ -32,42 +31,16 @@ def _decision(shard_id: str, *, version: int) -> None:
         shard_commit(actor=BOB, shard=shard_get(shard_id), expected_version=v, new_value=v)
 
 
-def _after_the_first_read(monkeypatch, action: Callable[[], None]) -> None:
-    """Runs ``action`` right after the pre-check's first read of the version, once.
-
-    The window between the pre-check's two reads is a few microseconds wide and
-    cannot be hit on demand by racing threads, so this in-process hook puts
-    another agent's commit exactly there (the database and the services are
-    real; only the timing is arranged). The live test below races for real."""
-    real = services._shard_version
-    fired = threading.Event()
-
-    def first_read_then_action(shard_id: str) -> int | None:
-        version = real(shard_id)
-        if not fired.is_set():
-            fired.set()
-            action()
-        return version
-
-    monkeypatch.setattr(services, "_shard_version", first_read_then_action)
-
-
 @pytest.mark.django_db
-def test_alice_expecting_v11_is_not_told_v11_is_current_when_bob_made_it_between_the_reads(
-    monkeypatch,
-):
+def test_alice_expecting_v11_is_not_told_v11_is_current_when_bob_made_it_between_the_reads():
     _decision("race.counter", version=10)
-    # Alice saw v10 and expects the next one; Bob's commit makes v11 between the reads.
-    _after_the_first_read(
-        monkeypatch,
-        lambda: shard_commit(
-            actor=BOB, shard=shard_get("race.counter"), expected_version=10, new_value="bob"
-        ),
-    )
+    # The pre-check's first read is the rules read the view makes (shard_get):
+    # Alice's shows v10; Bob's commit makes v11 before her commit reads again.
+    # (The window is microseconds wide; the live test below races for real.)
+    alice_read = shard_get("race.counter", payload=False)
+    shard_commit(actor=BOB, shard=shard_get("race.counter"), expected_version=10, new_value="bob")
     try:
-        result = shard_commit(
-            actor=ALICE, shard=shard_get("race.counter"), expected_version=11, new_value="alice"
-        )
+        result = shard_commit(actor=ALICE, shard=alice_read, expected_version=11, new_value="alice")
     except ApiError as refusal:
         assert refusal.details["current_version"] != refusal.details["expected_version"]
         raise
@@ -77,9 +50,7 @@ def test_alice_expecting_v11_is_not_told_v11_is_current_when_bob_made_it_between
 
 
 @pytest.mark.django_db
-def test_a_delete_and_re_create_between_the_reads_cannot_make_a_409_report_the_expected_version(
-    monkeypatch,
-):
+def test_a_delete_and_re_create_between_the_reads_cannot_make_a_409_report_the_expected_version():
     _decision("race.phoenix", version=5)
 
     def delete_and_rebuild_to_v3() -> None:
@@ -90,11 +61,10 @@ def test_a_delete_and_re_create_between_the_reads_cannot_make_a_409_report_the_e
     # the shard is deleted and re-created up to v3. The shard Alice read is gone:
     # her commit falls through to the locked path, which knows the shard by its
     # incarnation and answers 404, never a 409 naming v3 as both stale and current.
-    _after_the_first_read(monkeypatch, delete_and_rebuild_to_v3)
+    alice_read = shard_get("race.phoenix", payload=False)  # v5: past her v3, so read again
+    delete_and_rebuild_to_v3()
     with pytest.raises(ApiError) as refused:
-        shard_commit(
-            actor=ALICE, shard=shard_get("race.phoenix"), expected_version=3, new_value="alice"
-        )
+        shard_commit(actor=ALICE, shard=alice_read, expected_version=3, new_value="alice")
     assert refused.value.code == "SHARD_NOT_FOUND"
     assert Shard.objects.get(pk="race.phoenix").version == 3
 
