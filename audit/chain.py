@@ -53,6 +53,10 @@ class AuditWriter:
     started: float = 0.0
     sweep_counts: dict[str, int] = field(default_factory=dict)
     written: list[str] = field(default_factory=list)  # shard ids given a new version
+    # Additive shards' Docs as this transaction's writes left them: a later write
+    # in the same transaction (group commit) takes one instead of rebuilding it,
+    # and what is left here is cached once the transaction commits.
+    fresh_docs: dict[str, Any] = field(default_factory=dict)
 
     def append(
         self,

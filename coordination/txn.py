@@ -20,7 +20,7 @@ from shards import crdt
 from shards.models import SHARD_ID_REGEX, CrdtType, Shard, ShardType
 from shards.selectors import ShardNotFound, shard_current_value
 from shards.services import additive_apply_locked, gate_check, owner_check, value_validate
-from shards.writer import version_write, write_transaction
+from shards.writer import group_commit, version_write
 
 from .leases import lease_bind
 
@@ -195,8 +195,11 @@ def txn_apply(*, actor: Actor, key: Any, body: Any) -> dict[str, Any]:
     """Parses and applies one transaction; all of it or nothing."""
     txn = txn_parse(body)
     _permissions_check(key, txn)
+
     # The write transaction's sweeps end expired leases before the compares read.
-    with write_transaction() as audit:
+    # Group commit: concurrent transactions share one database transaction, each
+    # in a savepoint of its own (all of it or nothing, as before).
+    def apply(audit: AuditWriter) -> tuple[bool, list[dict[str, Any]], dict[str, int], int | None]:
         shards = {s.id: s for s in Shard.objects.filter(pk__in=txn.shard_ids)}
         values = {sid: shard_current_value(s) for sid, s in shards.items()}
         succeeded = all(
@@ -215,6 +218,9 @@ def txn_apply(*, actor: Actor, key: Any, body: Any) -> dict[str, Any]:
             )
             responses.append(_run_op(op, item, where, actor))
         versions, revision = _write(audit, actor, working, txn.fence)
+        return succeeded, responses, versions, revision
+
+    succeeded, responses, versions, revision = group_commit.run(apply)
     if succeeded and txn.compare and versions:
         record.recorder.count(record.CLAIMS)
     return {

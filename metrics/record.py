@@ -124,7 +124,10 @@ class _Recorder:
                 CommitSample.objects.bulk_create(samples)
             for name, n in counts.items():
                 if not MetricCounter.objects.filter(name=name).update(value=F("value") + n):
-                    MetricCounter.objects.create(name=name, value=n)
+                    # First count ever: two writers (processes, or threads when
+                    # written inline) may both get here; get_or_create settles it.
+                    MetricCounter.objects.get_or_create(name=name, defaults={"value": 0})
+                    MetricCounter.objects.filter(name=name).update(value=F("value") + n)
             if due:
                 SocketGauge.objects.update_or_create(
                     process=PROCESS_ID,

@@ -29,7 +29,13 @@ from .hooks import hooks
 from .models import CrdtUpdate, Delivery, OwnerPolicy, Shard, ShardType
 from .selectors import ShardNotFound, shard_current_value, shard_get
 from .value_schema import schema_check, value_validate
-from .writer import CommitResult, conflict_record, version_write, write_transaction
+from .writer import (
+    CommitResult,
+    conflict_record,
+    group_commit,
+    version_write,
+    write_transaction,
+)
 
 __all__ = [
     "Actor",
@@ -264,7 +270,8 @@ def _commit_locked(
     fence: int | None,
 ) -> CommitResult:
     shard_id = shard.id
-    with write_transaction() as audit:
+
+    def commit(audit: AuditWriter) -> CommitResult | ApiError:
         stale = read_set_stale_entries(read_set or {})
         rejection: ApiError
         if stale:
@@ -298,8 +305,14 @@ def _commit_locked(
             else:
                 rejection = _stale_error(expected_version, current)
                 _conflict_told(actor, shard_id, current, new_value)
+        # Returned, not raised: the refusal's audit entry commits with the batch.
         _append_rejection(audit, actor, shard_id, expected_version, rejection)
-    raise rejection
+        return rejection
+
+    outcome = group_commit.run(commit)
+    if isinstance(outcome, ApiError):
+        raise outcome
+    return outcome
 
 
 def _approval_used(
@@ -380,8 +393,8 @@ def additive_commit(*, actor: Actor, shard: Shard, body: dict[str, Any]) -> Comm
     def change(doc: Any, value: Any) -> tuple[bytes | None, Any]:
         return crdt.apply_op(shard.crdt_kind, doc, value, op)
 
-    with write_transaction() as audit:
-        result = additive_apply_locked(
+    result = group_commit.run(
+        lambda audit: additive_apply_locked(
             audit=audit,
             actor=actor,
             shard=shard,
@@ -389,6 +402,7 @@ def additive_commit(*, actor: Actor, shard: Shard, body: dict[str, Any]) -> Comm
             op_json=op.as_json(),
             fence=fence,
         )
+    )
     assert result is not None  # a parsed op always changes the Doc
     return result
 
@@ -444,7 +458,12 @@ def additive_apply_locked(
     )
     if row is None:
         raise ShardNotFound(shard_id)
-    loaded = crdt_store.load(shard_id, shard.crdt_kind, row["version"], shard.incarnation)
+    loaded = audit.fresh_docs.pop(shard_id, None)  # an earlier write of this transaction's
+    if loaded is None or (loaded.version, loaded.incarnation) != (
+        row["version"],
+        shard.incarnation,
+    ):
+        loaded = crdt_store.load(shard_id, shard.crdt_kind, row["version"], shard.incarnation)
     crdt_store.forget(shard_id)  # the Doc changes in place below; re-cached on commit
     update, value = change(loaded.doc, loaded.value)
     if update is None:
@@ -471,9 +490,9 @@ def additive_apply_locked(
     if result is None:  # cannot happen under the lock; refuse rather than guess
         raise ShardNotFound(shard_id)
     CrdtUpdate.objects.create(shard_id=shard_id, version=version, update=update, op=op_json)
-    fresh = crdt_store.Loaded(version, loaded.doc, value, shard.incarnation)
-    transaction.on_commit(lambda: crdt_store.remember(shard_id, fresh))
     send_event_on_commit("crdt_update", shard_id=shard_id, update=update, origin=origin)
+    # Last: only a write that got this far leaves its Doc for the next one.
+    audit.fresh_docs[shard_id] = crdt_store.Loaded(version, loaded.doc, value, shard.incarnation)
     return result
 
 
