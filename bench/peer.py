@@ -7,8 +7,9 @@ For each configuration it installs Debian's ``etcd-server`` if it is missing, st
 etcd on free ports with a throwaway ``--data-dir``, and starts ZeroLock as ``make run``
 serves (``bin/serve``) on a throwaway ``ZEROLOCK_DATA_DIR`` (bench/run.py's
 ``running_server``: migrate, an admin key, the rate limits lifted). Both are driven by
-one client implementation (httpx, one thread and one ``httpx.Client`` per agent) and
-stopped at the end, Ctrl-C included.
+one client implementation (one thread and one keep-alive ``httpx.Client`` per agent, or
+with ``--client httpcore`` httpx's own transport without its Client layer) and stopped
+at the end, Ctrl-C included.
 
 mixed     50 agents over 20 counters: a read, and after a quarter of the reads a write
           of value + 1 checked against the version read (80 % reads, 20 % writes).
@@ -49,7 +50,7 @@ import httpcore
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proctree import cmdline, cpu_seconds, rss_mb, tree  # noqa: E402
+from proctree import cmdline, cpu_seconds, pss_mb, rss_mb, tree  # noqa: E402
 from run import (  # noqa: E402
     DBS,
     RESULTS_DIR,
@@ -130,8 +131,8 @@ class Client:
     ``httpx``: an ``httpx.Client`` (``verify=False``: the peers are on plain http, and
     loading the CA bundle cost 45 ms of CPU per client). ``httpcore``: the connection
     pool httpx itself sends through, without httpx's Client layer (URL merging, cookies,
-    auth, hooks): about half the CPU per request here, so less of the machine goes to
-    the load generator."""
+    auth, hooks): 15-25 % less client CPU per request under 50 threads here, half in
+    a one-thread probe, so less of the machine goes to the load generator."""
 
     def __init__(self, kind: str, base_url: str, headers: dict[str, str]) -> None:
         self.kind, self.base_url = kind, base_url
@@ -592,12 +593,12 @@ def running_zerolock(db: str, keep_data: bool, client_kind: str) -> Iterator[Zer
 
 
 class Watch:
-    """A peer's process tree while a workload runs: CPU seconds it used, its peak RSS
-    (sampled every 0.2 s), and this client process's own CPU seconds."""
+    """A peer's process tree while a workload runs: CPU seconds it used, its peak
+    memory (sampled every 0.2 s), and this client process's own CPU seconds."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self.peak_total = self.peak_web = 0.0
+        self.peak_total = self.peak_web = self.peak_pss = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -612,8 +613,10 @@ class Watch:
                 return
 
     def _measure(self) -> None:
-        sizes = [(rss_mb(p), p) for p in tree(self.pid)]
+        pids = tree(self.pid)
+        sizes = [(rss_mb(p), p) for p in pids]
         total = sum(s for s, _ in sizes)
+        self.peak_pss = max(self.peak_pss, sum(pss_mb(p) for p in pids))
         # The web server alone: Daphne (bin/serve's worker and beat are the rest);
         # etcd is one process.
         web = sum(s for s, p in sizes if "daphne" in cmdline(p)) or total
@@ -698,6 +701,7 @@ def swarm(
         "server_cpu_s": round(watch.server_cpu, 2),
         "server_peak_rss_mb": round(watch.peak_total, 1),
         "server_peak_rss_web_mb": round(watch.peak_web, 1),
+        "server_peak_pss_mb": round(watch.peak_pss, 1),
     }
 
 
@@ -825,6 +829,7 @@ def claims_next(peer: ZeroLock, run: str, agents: int, tasks: int) -> dict[str, 
         queue = peer.make_queue(c, run, names)
     believed: dict[str, list[str]] = {t: [] for t in names}
     lock = threading.Lock()
+    told_empty = [0] * agents  # the one NOTHING_TO_CLAIM that ends each agent
 
     def body(index: int, call: Call, deadline: float) -> None:
         agent, failures = f"agent-{index}", 0
@@ -835,6 +840,7 @@ def claims_next(peer: ZeroLock, run: str, agents: int, tasks: int) -> dict[str, 
                 continue
             call.tally.ok += 1
             if task is None:
+                told_empty[index] += 1
                 return
             with lock:
                 believed.setdefault(str(task), []).append(agent)
@@ -842,7 +848,13 @@ def claims_next(peer: ZeroLock, run: str, agents: int, tasks: int) -> dict[str, 
     row = swarm(peer, "claims-claim", agents, body, None)
     with peer.client("check") as c:
         final = peer.holders(c, queue)
-    return row | claim_verdict(believed, final, row["requests"])
+    verdict = claim_verdict(believed, final, row["requests"])
+    claimed = verdict["claimed"]
+    verdict["nothing_to_claim_answers"] = sum(told_empty)
+    verdict["requests_per_task_before_empty"] = (
+        (row["requests"] - sum(told_empty)) / claimed if claimed else math.nan
+    )
+    return row | verdict
 
 
 def claim_verdict(
@@ -975,6 +987,13 @@ def summary(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[s
             2,
         )
         line(
+            "claims, `claim`: the same, less each agent's final NOTHING_TO_CLAIM",
+            None,
+            pick("claims-claim", "ZeroLock", "requests_per_task_before_empty"),
+            "",
+            2,
+        )
+        line(
             "claims, `claim`: duplicates",
             None,
             pick("claims-claim", "ZeroLock", "duplicates"),
@@ -1018,6 +1037,10 @@ def summary(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[s
         "< 400 (ZeroLock)",
     )
     line("appends: server peak RSS MB (web process)", *both("appends", "server_peak_rss_web_mb"))
+    line(
+        "appends: server peak PSS MB (whole tree, shared pages once)",
+        *both("appends", "server_peak_pss_mb"),
+    )
     return lines
 
 
@@ -1037,15 +1060,17 @@ def cpu_markdown(rows: list[dict[str, Any]]) -> str:
     """Where the machine's CPU went in each workload: is the client the bottleneck?"""
     out = [
         "| workload | peer | wall s | requests | errors | client CPU s | server CPU s "
-        "| client % of wall | server % of wall |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| client % of wall | server % of wall | client CPU ms/request | server CPU ms/request |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         wall = r["seconds"] or math.nan
+        n = r["requests"] or math.nan
         out.append(
             f"| {r['workload']} | {r['peer']} | {fmt(r['seconds'], 1)} | {fmt(r['requests'])} "
             f"| {fmt(r['errors'])} | {fmt(r['client_cpu_s'], 1)} | {fmt(r['server_cpu_s'], 1)} "
-            f"| {fmt(100 * r['client_cpu_s'] / wall, 0)} | {fmt(100 * r['server_cpu_s'] / wall, 0)} |"
+            f"| {fmt(100 * r['client_cpu_s'] / wall, 0)} | {fmt(100 * r['server_cpu_s'] / wall, 0)} "
+            f"| {fmt(1000 * r['client_cpu_s'] / n, 2)} | {fmt(1000 * r['server_cpu_s'] / n, 2)} |"
         )
     return "\n".join(out)
 
@@ -1200,15 +1225,20 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for db in args.db:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        log(f"configuration {db}: load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+        load_before = os.getloadavg()
+        log(f"configuration {db}: load average {load_before[0]:.2f} on {os.cpu_count()} CPUs")
         try:
             rows = run_config(db, args, stamp)
         except KeyboardInterrupt:
             STOP.set()
             log("interrupted: both servers stopped; nothing written")
             return 130
+        load_after = os.getloadavg()
         lines = summary(rows, args)
-        print(f"\n### {db} ({stamp}, {args.seconds:g} s per timed workload)\n")
+        print(
+            f"\n### {db} ({stamp}, {args.seconds:g} s per timed workload, client {args.client}, "
+            f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after)\n"
+        )
         print(summary_markdown(lines))
         print()
         print(cpu_markdown(rows))
@@ -1218,6 +1248,9 @@ def main(argv: list[str] | None = None) -> int:
             "config": db,
             "stamp": stamp,
             "cpus": os.cpu_count(),
+            # 1, 5, 15-minute load averages: how shared the machine was.
+            "load_average_before": load_before,
+            "load_average_after": load_after,
             "args": {k: v for k, v in vars(args).items()},
             "rows": rows,
             "summary": [{k: v for k, v in ln.items() if k != "digits"} for ln in lines],

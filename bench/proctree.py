@@ -68,6 +68,20 @@ def rss_mb(pid: int) -> float:
         return 0.0
 
 
+def pss_mb(pid: int) -> float:
+    """Proportional set size: pages shared between processes (a forked pool child
+    and its parent) counted once across them, so a tree's sum is its real footprint,
+    where a sum of RSS counts every shared page again in each process."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return 0.0
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time the process has used so far (0 once it is gone)."""
     try:
