@@ -7,7 +7,7 @@ export PORT
 # skip locally without them: `make test TEST_EXTRAS=test,crewai,temporal` runs them.
 TEST_EXTRAS ?= test
 
-.PHONY: run test lint format bench clean
+.PHONY: run test lint format bench bench-peer clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -43,6 +43,12 @@ format: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-test
 	$(PY) bench/run.py
+
+# ZeroLock beside etcd (bench/peer.py; installs Debian's etcd-server if missing).
+# e.g. make bench-peer PEER_ARGS="--db sqlite,postgres --seconds 30"
+PEER_ARGS ?=
+bench-peer: $(VENV)/.installed
+	$(PY) bench/peer.py $(PEER_ARGS)
 
 clean:
 	rm -rf $(VENV) var *.egg-info

@@ -37,7 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
-SERVERS = ("daphne", "gunicorn")
+# serve: bin/serve, as `make run` serves (Daphne plus a Celery worker and beat,
+# under zerolock_site/supervisor.py).
+SERVERS = ("daphne", "gunicorn", "serve")
 DBS = ("sqlite", "postgres")
 WORKLOADS = ("uncontended", "contended", "mixed", "append")
 
@@ -82,7 +84,9 @@ def psql(*commands: str) -> None:
     subprocess.run(args, cwd=ROOT, check=True, capture_output=True, text=True)
 
 
-def server_env(db: str, data_dir: str) -> dict[str, str]:
+def server_env(
+    db: str, data_dir: str, pg_url: str = PG_URL, redis_url: str = REDIS_URL
+) -> dict[str, str]:
     env = dict(os.environ)
     for name in ("DATABASE_URL", "REDIS_URL", "ZEROLOCK_DB_PATH"):
         env.pop(name, None)
@@ -91,12 +95,14 @@ def server_env(db: str, data_dir: str) -> dict[str, str]:
     # One address and one key drive thousands of requests a second: lift the limits.
     env["ZEROLOCK_RATE_LIMIT_PER_MINUTE"] = env["ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE"] = "100000000"
     if db == "postgres":
-        env["DATABASE_URL"] = PG_URL
-        env["REDIS_URL"] = REDIS_URL
+        env["DATABASE_URL"] = pg_url
+        env["REDIS_URL"] = redis_url
     return env
 
 
 def server_command(server: str, port: int) -> list[str]:
+    if server == "serve":
+        return [str(ROOT / "bin" / "serve")]  # reads PORT from the environment
     if server == "daphne":
         return [
             str(VENV_BIN / "daphne"),
@@ -188,21 +194,34 @@ def wait_healthy(server: Server) -> None:
 
 
 @contextlib.contextmanager
-def running_server(server_name: str, db: str, keep_data: bool) -> Iterator[Server]:
+def running_server(
+    server_name: str,
+    db: str,
+    keep_data: bool,
+    *,
+    pg_db: str = PG_DB,
+    redis_url: str = REDIS_URL,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Server]:
+    """A ZeroLock server on a free port and a throwaway data dir (and, on postgres,
+    the database pg_db created for it and dropped after), with an admin key; stopped
+    however the block ends."""
     data_dir = tempfile.mkdtemp(prefix=f"zerolock-bench-{server_name}-{db}-")
-    env = server_env(db, data_dir)
+    env = server_env(db, data_dir, f"{PG_URL.rsplit('/', 1)[0]}/{pg_db}", redis_url)
+    env.update(extra_env or {})
     proc: subprocess.Popen[bytes] | None = None
     pg_created = False
     try:
         if db == "postgres":
-            log(f"creating database {PG_DB}")
-            psql(f"DROP DATABASE IF EXISTS {PG_DB}", f"CREATE DATABASE {PG_DB}")
+            log(f"creating database {pg_db}")
+            psql(f"DROP DATABASE IF EXISTS {pg_db}", f"CREATE DATABASE {pg_db}")
             pg_created = True
         log(f"migrating ({db}, data dir {data_dir})")
         manage(env, "migrate", "--noinput")
         out = manage(env, "createapikey", "bench", "--permissions", "admin")
         api_key = out.strip().splitlines()[-1].strip()
         port = free_port()
+        env["PORT"] = str(port)  # bin/serve's port; the others take it as an argument
         log_path = Path(data_dir) / "server.log"
         log(f"starting {server_name} on port {port} (log {log_path})")
         with log_path.open("wb") as log_file:
@@ -224,9 +243,9 @@ def running_server(server_name: str, db: str, keep_data: bool) -> Iterator[Serve
             stop_process(proc)
         if pg_created:
             try:
-                psql(f"DROP DATABASE IF EXISTS {PG_DB}")
+                psql(f"DROP DATABASE IF EXISTS {pg_db}")
             except subprocess.CalledProcessError as exc:
-                log(f"warning: could not drop {PG_DB}: {exc.stderr.strip()}")
+                log(f"warning: could not drop {pg_db}: {exc.stderr.strip()}")
         if keep_data:
             log(f"kept data dir {data_dir}")
         else:
@@ -536,7 +555,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", type=comma_list(DBS), default=["sqlite"], help="sqlite,postgres")
     parser.add_argument(
-        "--server", type=comma_list(SERVERS), default=["daphne"], help="daphne,gunicorn"
+        "--server", type=comma_list(SERVERS), default=["daphne"], help="daphne,gunicorn,serve"
     )
     parser.add_argument(
         "--workload",

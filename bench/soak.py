@@ -38,11 +38,13 @@ from typing import Any
 import httpx
 import websockets
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proctree import alive, children_of, cmdline, rss_mb  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
 RESULTS = Path(__file__).resolve().parent / "results"
 DECISION_SHARDS, ADDITIVE_SHARDS, VAULTS = 20, 5, 5
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def log(msg: str) -> None:
@@ -56,42 +58,6 @@ def free_port() -> int:
 
 
 # --------------------------------------------------------------------- processes
-
-
-def children_of(pid: int) -> list[int]:
-    """Every descendant of pid, from /proc (no psutil here)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        parents.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def rss_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * PAGE / 2**20
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 def celery_pids(serve_pid: int) -> set[int]:
@@ -155,11 +121,11 @@ class Serve:
         os.killpg(self.proc.pid, signal.SIGINT)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=30)
-        while time.monotonic() - started < 10 and any(_alive(p) for p in tree):
+        while time.monotonic() - started < 10 and any(alive(p) for p in tree):
             time.sleep(0.2)
-        survivors = [f"{p} {cmdline(p)[:80]}" for p in tree if _alive(p)]
+        survivors = [f"{p} {cmdline(p)[:80]}" for p in tree if alive(p)]
         for pid in tree:
-            if _alive(pid):
+            if alive(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         if self.proc.poll() is None:
@@ -172,15 +138,6 @@ class Serve:
         pids = [self.proc.pid, *children_of(self.proc.pid)]
         web = sum(rss_mb(p) for p in pids if "daphne" in cmdline(p) or "gunicorn" in cmdline(p))
         return {"total": sum(rss_mb(p) for p in pids), "web": web}
-
-
-def _alive(pid: int) -> bool:
-    """Running, not a zombie waiting for its parent."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -373,7 +330,7 @@ async def killer(serve: Serve, at: list[float], kills: list[dict], led: Ledger) 
             await asyncio.sleep(0.5)
         kill["server_alive"] = serve.alive()
         # Its pool and embedded beat outliving it would be a second beat (finding 4).
-        kill["children_left_after"] = [f"{p} {cmdline(p)[:60]}" for p in orphans if _alive(p)]
+        kill["children_left_after"] = [f"{p} {cmdline(p)[:60]}" for p in orphans if alive(p)]
         kill["orphan_pids"] = orphans
         if not serve.alive() and not led.server_gone:
             led.server_gone = time.monotonic()
@@ -534,7 +491,7 @@ def main() -> int:
     finally:
         stopped = serve.stop()
         for pid in (p for k in run_kills for p in k.get("orphan_pids", [])):
-            if _alive(pid) and "celery" in cmdline(pid):  # ours, left by a kill -9
+            if alive(pid) and "celery" in cmdline(pid):  # ours, left by a kill -9
                 os.kill(pid, signal.SIGKILL)
     audit = manage(env, "verify_audit")
     samples = run["samples"]

@@ -308,6 +308,9 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 
+# Mount /bench/floor (zerolock_site/floor.py), the framework floor bench/peer.py
+# measures the API against. Off unless asked for: it is not part of the API.
+ZEROLOCK_BENCH_FLOOR = env_bool("ZEROLOCK_BENCH_FLOOR", False)
 # Threads serving HTTP inside the ASGI server (zerolock_site/wsgi_bridge.py).
 ZEROLOCK_HTTP_THREADS = env_int("ZEROLOCK_HTTP_THREADS", 8)
 # Sliding-window rate limits, requests per minute (a key's own limit overrides

@@ -1,9 +1,11 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from supervision.views import HealthView
+from zerolock_site.floor import floor
 
 api = [
     path("", include("shards.urls")),
@@ -35,6 +37,9 @@ urlpatterns = [
     path("console/", include("approvals.console_urls")),
     path("dashboard/", include("dashboard.urls")),
 ]
+
+if settings.ZEROLOCK_BENCH_FLOOR:
+    urlpatterns.append(path("bench/floor", floor, name="bench-floor"))
 
 # /api/ errors raised outside DRF and the envelope middleware still answer JSON.
 handler400 = "common.errors.handler400"
