@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from access.auth import Actor
+from audit.chain import AuditWriter
 from common.errors import ApiError
 from metrics import record
 from shards.models import Shard, ShardType
 from shards.selectors import ShardNotFound, shard_get
 from shards.services import commit_rules_check, value_validate
-from shards.writer import CommitResult, version_write, write_transaction
+from shards.writer import CommitResult, group_commit, version_write
 
 from .leases import lease_bind
 from .txn import Compare, compare_holds
@@ -75,8 +76,14 @@ def task_claim(
     if shard.type != ShardType.DECISION:
         raise _not_a_queue(shard_id)
     commit_rules_check(actor, shard, None)  # owners, and the gate: as any commit
-    with write_transaction() as audit:  # expired leases end first: their tasks show it
-        claim = _claim_locked(audit, actor, shard, where, set_fields, lease_id, fence)
+
+    # In a write transaction (expired leases end first: their tasks show it),
+    # shared with the process's concurrent writes (group commit), each in its own
+    # savepoint: claims of one batch read the queue as the ones before them left it.
+    def work(audit: AuditWriter) -> Claim | int:
+        return _claim_locked(audit, actor, shard, where, set_fields, lease_id, fence)
+
+    claim = group_commit.run(work)
     if not isinstance(claim, Claim):
         # Raised after the transaction, not inside it: what its sweeps did stays done.
         # The version read tells the caller how far the queue had got (a watch
@@ -93,7 +100,7 @@ def task_claim(
 
 
 def _claim_locked(
-    audit: Any,
+    audit: AuditWriter,
     actor: Actor,
     shard: Shard,
     where: dict[str, Any],
