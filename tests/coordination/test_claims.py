@@ -338,3 +338,50 @@ def test_eighty_claimants_take_a_hundred_tasks_once_each_and_hear_nothing_left_o
         f"\n{agents} claimants, {len(task_ids)} tasks: {requests} requests, "
         f"{requests / len(task_ids):.2f} per task ({agents} of them the final NOTHING_TO_CLAIM)"
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claims_in_one_group_commit_batch_each_see_the_ones_before_them():
+    """Six claims on a queue of three, and one on another queue with a lease nobody
+    holds, queue behind a batch and are written as one transaction: each reads
+    the queue as the claims before it in the batch left it, so three take the
+    three tasks, three hear NOTHING_TO_CLAIM on the exhausted queue, and the bad
+    one is refused alone."""
+    from coordination.claims import task_claim
+    from tests.shards.test_group_commit import _one_batch
+
+    shard_create(
+        actor=Actor("boss"),
+        shard_id="batch-queue",
+        shard_type="decision",
+        initial_value={f"t{n}": dict(PENDING) for n in range(3)},
+    )
+    shard_create(
+        actor=Actor("boss"),
+        shard_id="other-queue",
+        shard_type="decision",
+        initial_value={"x": dict(PENDING)},
+    )
+
+    def claimant(agent: str, queue: str = "batch-queue", lease_id: str | None = None):
+        return lambda: task_claim(
+            actor=Actor(agent),
+            shard_id=queue,
+            where={"status": "pending"},
+            set_fields={"status": "claimed"},
+            lease_id=lease_id,
+        )
+
+    writes = {f"a{n}": claimant(f"a{n}") for n in range(6)}
+    writes["leaseless"] = claimant("leaseless", "other-queue", lease_id="lse_nobody")
+    answers, transactions = _one_batch(writes)
+    assert transactions == 2  # the seat holder's, then all seven together
+    won = {name: a for name, a in answers.items() if not isinstance(a, Exception)}
+    empty = [a for a in answers.values() if getattr(a, "code", "") == "NOTHING_TO_CLAIM"]
+    assert sorted(a.task_id for a in won.values()) == ["t0", "t1", "t2"]
+    assert sorted(a.result.version for a in won.values()) == [2, 3, 4]
+    assert len(empty) == 3 and all(e.details["version"] == 4 for e in empty)
+    assert answers["leaseless"].code == "LEASE_NOT_FOUND"
+    assert Shard.objects.get(pk="other-queue").version == 1
+    value = Shard.objects.get(pk="batch-queue").value
+    assert {t: v["holder"] for t, v in value.items()} == {a.task_id: n for n, a in won.items()}
