@@ -1,13 +1,17 @@
 """Claiming 100 tasks: the reference design's write-wait-reread on a decision
 shard against one compare-and-set transaction per claim, side by side.
 
-Run by hand: ``.venv/bin/python bench/claims.py [--agents 5,50,80] [--db sqlite]``.
+Run by hand: ``.venv/bin/python bench/claims.py [--agents 5,50,80] [--db sqlite]
+[--methods write-wait-reread,txn,claim]``.
 
 write-wait-reread: read the queue, commit it with the chosen task marked as
 yours (OCC: 409 when anyone changed the queue since the read), wait 50 ms,
 re-read to confirm you hold it; on a 409 read again and retry.
 txn: POST /api/txn comparing the task's status; the answer carries the queue
 either way, so the agent's next pick is fresh (see tests/coordination/test_transactions.py).
+claim: POST /api/shards/{id}/claim with ``Prefer: return=minimal``; the server
+picks a pending task, so no request loses to another agent's claim; each agent
+stops at its first 404 NOTHING_TO_CLAIM (one per agent, counted).
 Every request any agent sends is counted.
 """
 
@@ -30,6 +34,8 @@ from run import log, running_server  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TASKS = [f"t{n:03}" for n in range(100)]
+METHODS = ("write-wait-reread", "txn", "claim")
+CLAIM = {"where": {"status": "pending"}, "set": {"status": "claimed"}}
 
 
 async def make_queue(client: httpx.AsyncClient, shard_id: str) -> None:
@@ -104,11 +110,26 @@ async def txn_worker(client, shard_id, index, agents, requests, claims) -> None:
         taken = {t for t, v in result["responses"][-1]["value"].items() if v["status"] != "pending"}
 
 
+async def claim_worker(client, shard_id, index, agents, requests, claims) -> None:
+    name = f"w{index}"
+    headers = {"X-Agent-Id": name, "Prefer": "return=minimal"}
+    while True:
+        requests[name] += 1
+        response = await client.post(f"/api/shards/{shard_id}/claim", json=CLAIM, headers=headers)
+        if response.status_code == 404 and response.json()["error"]["code"] == "NOTHING_TO_CLAIM":
+            return
+        response.raise_for_status()
+        claims[response.json()["task_id"]].append(name)
+
+
+WORKERS = {"write-wait-reread": reread_worker, "txn": txn_worker, "claim": claim_worker}
+
+
 async def run(url: str, key: str, method: str, agents: int) -> dict:
     shard_id = f"bench-{method}-{agents}-{uuid.uuid4().hex[:6]}"
     requests: Counter = Counter()
     claims: dict[str, list[str]] = {t: [] for t in TASKS}
-    worker = reread_worker if method == "write-wait-reread" else txn_worker
+    worker = WORKERS[method]
     limits = httpx.Limits(max_connections=agents, max_keepalive_connections=agents)
     async with httpx.AsyncClient(
         base_url=url, headers={"X-API-Key": key}, timeout=120, limits=limits
@@ -120,11 +141,15 @@ async def run(url: str, key: str, method: str, agents: int) -> dict:
         )
         elapsed = time.perf_counter() - started
     claimed = sum(1 for holders in claims.values() if holders)
+    sent = sum(requests.values())
     return {
         "method": method,
         "agents": agents,
-        "requests": sum(requests.values()),
-        "requests_per_task": round(sum(requests.values()) / len(TASKS), 2),
+        "requests": sent,
+        "requests_per_task": round(sent / len(TASKS), 2),
+        # Requests that claimed nothing: lost races, and each agent's last look
+        # at an exhausted queue (for claim, exactly one per agent).
+        "unclaiming_requests": sent - sum(len(h) for h in claims.values()),
         "claimed": claimed,
         "duplicates": sum(len(h) - 1 for h in claims.values() if len(h) > 1),
         "seconds": round(elapsed, 2),
@@ -136,24 +161,31 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", default="sqlite")
     parser.add_argument("--agents", default="5,50,80")
+    parser.add_argument("--methods", default=",".join(METHODS))
     args = parser.parse_args()
+    methods = args.methods.split(",")
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        parser.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(METHODS)}")
     rows = []
     for db in args.db.split(","):
         with running_server("daphne", db, keep_data=False) as server:
             for agents in (int(a) for a in args.agents.split(",")):
-                for method in ("write-wait-reread", "txn"):
+                for method in methods:
                     log(f"{db}: {method} with {agents} agents")
                     rows.append(
                         {"db": db, **asyncio.run(run(server.url, server.api_key, method, agents))}
                     )
     print(
-        "\n| db | method | agents | requests | requests/task | claimed | duplicates | seconds | claims/s |"
+        "\n| db | method | agents | requests | requests/task | unclaiming | claimed "
+        "| duplicates | seconds | claims/s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['db']} | {r['method']} | {r['agents']} | {r['requests']} | {r['requests_per_task']} "
-            f"| {r['claimed']} | {r['duplicates']} | {r['seconds']} | {r['claims_per_second']} |"
+            f"| {r['unclaiming_requests']} | {r['claimed']} | {r['duplicates']} | {r['seconds']} "
+            f"| {r['claims_per_second']} |"
         )
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"claims-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"

@@ -43,10 +43,11 @@ SERVERS = ("daphne", "gunicorn", "serve")
 DBS = ("sqlite", "postgres")
 WORKLOADS = ("uncontended", "contended", "mixed", "append")
 
-PG_DB = "zerolock_bench"
+# Overridable, so two people benchmarking on one machine do not drop each other's database.
+PG_DB = os.environ.get("ZEROLOCK_BENCH_PG_DB", "zerolock_bench")
 PG_URL = f"postgres://postgres@127.0.0.1:5432/{PG_DB}"
 PG_ADMIN = ["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "test"]
-REDIS_URL = "redis://127.0.0.1:6379/0"
+REDIS_URL = os.environ.get("ZEROLOCK_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 HEALTH_TIMEOUT_S = 60.0
 REQUEST_TIMEOUT_S = 30.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
 
@@ -74,3 +74,25 @@ def add_error_responses(
                     {"description": description, "content": {"application/json": {"schema": ref}}},
                 )
     return result
+
+
+# RFC 7240 (common/prefer.py), on the writes that answer with a value.
+PREFER = OpenApiParameter(
+    "Prefer",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    enum=["return=minimal", "return=representation"],
+    description="`return=minimal`: the answer leaves out the value (a commit's or "
+    "claim's `value`, a transaction's `responses`) and carries "
+    "`Preference-Applied: return=minimal`. Without it, nothing changes.",
+)
+PREFERENCE_APPLIED = OpenApiParameter(
+    "Preference-Applied",
+    str,
+    OpenApiParameter.HEADER,
+    response=[200],
+    enum=["return=minimal"],
+    description="Present when the request's `Prefer: return=minimal` was honoured.",
+)
+PREFER_PARAMETERS = [PREFER, PREFERENCE_APPLIED]

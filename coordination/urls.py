@@ -4,6 +4,7 @@ from . import views
 
 urlpatterns = [
     path("txn", views.TxnView.as_view(), name="txn"),
+    path("shards/<str:shard_id>/claim", views.ClaimView.as_view(), name="shard-claim"),
     path("leases", views.LeaseListView.as_view(), name="lease-list"),
     path("leases/<str:lease_id>", views.LeaseDetailView.as_view(), name="lease-detail"),
     path(

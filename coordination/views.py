@@ -8,9 +8,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from access.auth import principal
-from common.openapi import CONFLICT
+from common.inputs import parsed
+from common.openapi import CONFLICT, PREFER_PARAMETERS, ErrorEnvelopeSerializer
+from common.prefer import write_answer
 
 from . import leases
+from .claims import task_claim
+from .serializers import ClaimResultSerializer, ClaimSerializer
 from .txn import txn_apply
 
 WRITE = "shard:write"
@@ -20,11 +24,46 @@ class TxnView(APIView):
     """Compare-and-set over one or more shards: each operation's shard is checked
     against the key's permissions and scope inside the service."""
 
-    @extend_schema(request=dict, responses={200: dict, 409: CONFLICT})
+    @extend_schema(request=dict, responses={200: dict, 409: CONFLICT}, parameters=PREFER_PARAMETERS)
     def post(self, request: Request) -> Response:
-        return Response(
-            txn_apply(actor=principal(request).actor, key=principal(request).key, body=request.data)
+        result = txn_apply(
+            actor=principal(request).actor, key=principal(request).key, body=request.data
         )
+        # Minimal: the outcome and the versions written, not what the ops read.
+        return write_answer(request, result, omit=("responses",))
+
+
+NOTHING_TO_CLAIM = OpenApiResponse(
+    ErrorEnvelopeSerializer,
+    description="NOTHING_TO_CLAIM: no task matches `where` (or SHARD_NOT_FOUND, "
+    "LEASE_NOT_FOUND; see the code).",
+)
+
+
+class ClaimView(APIView):
+    """Claims one task of a queue (a decision shard whose value is an object of
+    tasks): the server picks a task whose fields equal `where`, sets `set` and
+    `holder` (the acting agent) on it in one versioned write, and answers with it;
+    404 NOTHING_TO_CLAIM when no task matches."""
+
+    required_permissions = {"POST": WRITE}
+
+    @extend_schema(
+        request=ClaimSerializer,
+        responses={200: ClaimResultSerializer, 404: NOTHING_TO_CLAIM, 409: CONFLICT},
+        parameters=PREFER_PARAMETERS,
+    )
+    def post(self, request: Request, shard_id: str) -> Response:
+        data = parsed(ClaimSerializer, request.data)
+        claim = task_claim(
+            actor=principal(request).actor,
+            shard_id=shard_id,
+            where=data["where"],
+            set_fields=data["set"],
+            lease_id=data.get("lease_id"),
+            fence=data.get("fence"),
+        )
+        return write_answer(request, claim.as_dict())
 
 
 class LeaseListView(APIView):

@@ -75,7 +75,9 @@ class ShardSerializer(serializers.ModelSerializer):
 
 class CommitResultSerializer(serializers.Serializer):
     version = serializers.IntegerField()
-    value = serializers.JSONField()
+    value = serializers.JSONField(
+        required=False, help_text="The value as written; left out with `Prefer: return=minimal`."
+    )
     audit_entry_id = serializers.IntegerField()
 
 

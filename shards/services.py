@@ -42,6 +42,7 @@ __all__ = [
     "CommitResult",
     "additive_commit",
     "additive_update_apply",
+    "commit_rules_check",
     "gate_check",
     "owner_check",
     "shard_commit",
@@ -386,7 +387,7 @@ def _stale_error(expected_version: int, current: Mapping[str, Any]) -> ApiError:
 def additive_commit(*, actor: Actor, shard: Shard, body: dict[str, Any]) -> CommitResult:
     """Commit to an additive shard: merged, never compared against a version, so
     it can never be stale. Structurally separate from the OCC path."""
-    _additive_rules_check(actor, shard, body.get("approval_id"))
+    commit_rules_check(actor, shard, body.get("approval_id"))
     op = crdt.parse_op(shard.crdt_kind, body)
     fence = fence_parse(body.get("fence"))
 
@@ -414,7 +415,7 @@ def additive_update_apply(
     audited like a REST commit. None when it held nothing the shard lacked."""
     if crdt.is_empty_update(update):
         return None
-    _additive_rules_check(actor, shard, None)
+    commit_rules_check(actor, shard, None)
 
     def change(doc: Any, value: Any) -> tuple[bytes | None, Any]:
         return crdt.apply_update(shard.crdt_kind, doc, update)
@@ -425,7 +426,9 @@ def additive_update_apply(
         )
 
 
-def _additive_rules_check(actor: Actor, shard: Shard, approval_id: str | None) -> None:
+def commit_rules_check(actor: Actor, shard: Shard, approval_id: str | None) -> None:
+    """Owners, then the gate, for a write that names no version of its own (an
+    additive operation, a claim): a refusal is audited as a commit's is."""
     try:
         owner_check(shard, actor.agent_id)
         gate_check(shard, approval_id)

@@ -16,7 +16,8 @@ from audit.models import AuditEntry
 from common import pages
 from common.errors import ApiError
 from common.inputs import parsed
-from common.openapi import CONFLICT
+from common.openapi import CONFLICT, PREFER_PARAMETERS
+from common.prefer import write_answer
 from shards import services
 from shards.models import Shard, ShardType
 
@@ -108,7 +109,11 @@ class ShardDetailView(APIView):
 class ShardCommitView(APIView):
     required_permissions = {"POST": WRITE}
 
-    @extend_schema(request=CommitSerializer, responses={200: CommitResultSerializer, 409: CONFLICT})
+    @extend_schema(
+        request=CommitSerializer,
+        responses={200: CommitResultSerializer, 409: CONFLICT},
+        parameters=PREFER_PARAMETERS,
+    )
     def post(self, request: Request, shard_id: str) -> Response:
         shard = services.shard_get(shard_id, payload=False)
         if shard.type == ShardType.ADDITIVE:
@@ -117,7 +122,7 @@ class ShardCommitView(APIView):
             result = services.additive_commit(
                 actor=principal(request).actor, shard=shard, body=request.data
             )
-            return Response(result.as_dict())
+            return write_answer(request, result.as_dict())
         data = parsed(CommitSerializer, request.data)
         result = services.shard_commit(
             actor=principal(request).actor,
@@ -128,7 +133,7 @@ class ShardCommitView(APIView):
             approval_id=data.get("approval_id"),
             fence=data.get("fence"),
         )
-        return Response(result.as_dict())
+        return write_answer(request, result.as_dict())
 
 
 class ShardHistoryView(APIView):

@@ -22,6 +22,7 @@ from .errors import (
 from .models import (
     Approval,
     ApprovalStatus,
+    ClaimedTask,
     ClaimResult,
     CommitOptions,
     CommitResult,
@@ -39,6 +40,7 @@ __all__ = [
     "ApprovalStatus",
     "AuthenticationError",
     "CachedZeroLockClient",
+    "ClaimedTask",
     "ClaimResult",
     "CommitOptions",
     "CommitResult",

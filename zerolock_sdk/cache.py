@@ -120,6 +120,9 @@ class CachedZeroLockClient(ZeroLockClient):
         except Exception:
             self.invalidate(shard_id)
             raise
+        if kwargs.get("minimal"):  # no value came back to refresh the entry with
+            self.invalidate(shard_id)
+            return result
         entry = self._entries.get(shard_id)
         if entry is not None:
             raw = {**entry.shard.raw, "value": result.value, "version": result.version}

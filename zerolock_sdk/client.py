@@ -17,6 +17,7 @@ import httpx
 from .errors import MissingApiKeyError, RateLimitedError, ZeroLockError, error_from
 from .models import (
     Approval,
+    ClaimedTask,
     CommitOptions,
     CommitResult,
     CreateShardOptions,
@@ -29,6 +30,8 @@ URL_ENV, KEY_ENV = "ZEROLOCK_URL", "ZEROLOCK_API_KEY"
 DEFAULT_URL = "http://127.0.0.1:8000"  # where `make run` listens
 # The only paths the server answers without a key: probes and the API's own docs.
 PUBLIC_PATHS = frozenset({"/api/health", "/api/schema", "/api/docs"})
+# RFC 7240: the server leaves the value out of a write's answer (and says so).
+PREFER_MINIMAL = {"Prefer": "return=minimal"}
 
 
 def resolve_url(base_url: str | None) -> str:
@@ -91,16 +94,21 @@ class ZeroLockClient:
         json_body: Any = None,
         params: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
+        minimal: bool = False,
     ) -> Any:
+        """``minimal``: ask for the answer without the value (``Prefer:
+        return=minimal``), for callers that do not read it."""
         if not self.api_key and path.split("?")[0] not in PUBLIC_PATHS:
             # Refused here rather than sent: a keyless request can only get a 401,
             # and each one is an auth failure in the server's audit log.
             raise MissingApiKeyError()
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        if minimal:
+            headers.update(PREFER_MINIMAL)
         for attempt in range(self.max_rate_limit_retries + 1):
             self.requests_sent += 1
             response = await self._http.request(
-                method, path, json=json_body, params=params, headers=headers
+                method, path, json=json_body, params=params, headers=headers or None
             )
             if response.status_code == 204:
                 return None
@@ -145,7 +153,10 @@ class ZeroLockClient:
         approval_id: str | None = None,
         fence: int | None = None,
         idempotency_key: str | None = None,
+        minimal: bool = False,
     ) -> CommitResult:
+        """Commits ``new_value`` on ``expected_version``. ``minimal``: the server
+        does not send the value back (``result.value`` is then None)."""
         body: dict[str, Any] = {"expected_version": expected_version, "new_value": new_value}
         if read_set:
             body["read_set"] = read_set
@@ -158,6 +169,7 @@ class ZeroLockClient:
             f"/api/shards/{shard_id}/commit",
             json_body=body,
             idempotency_key=idempotency_key,
+            minimal=minimal,
         )
         return CommitResult.from_json(data)
 
@@ -172,29 +184,51 @@ class ZeroLockClient:
         version it was based on; ``options`` are ``commit``'s keywords."""
         return await self.commit(shard_id, expected_version, new_value, **options)
 
-    async def _additive(self, shard_id: str, body: dict[str, Any], key: str | None) -> CommitResult:
+    async def _additive(
+        self, shard_id: str, body: dict[str, Any], key: str | None, minimal: bool
+    ) -> CommitResult:
         data = await self.request(
-            "POST", f"/api/shards/{shard_id}/commit", json_body=body, idempotency_key=key
+            "POST",
+            f"/api/shards/{shard_id}/commit",
+            json_body=body,
+            idempotency_key=key,
+            minimal=minimal,
         )
         return CommitResult.from_json(data)
 
     async def append(
-        self, shard_id: str, items: list[Any], *, idempotency_key: str | None = None
+        self,
+        shard_id: str,
+        items: list[Any],
+        *,
+        idempotency_key: str | None = None,
+        minimal: bool = False,
     ) -> CommitResult:
-        """Appends to an additive array shard (never stale)."""
-        return await self._additive(shard_id, {"append": list(items)}, idempotency_key)
+        """Appends to an additive array shard (never stale). ``minimal``: the
+        server does not send the whole array back (``result.value`` is None)."""
+        return await self._additive(shard_id, {"append": list(items)}, idempotency_key, minimal)
 
     async def patch_map(
-        self, shard_id: str, patch: dict[str, Any], *, idempotency_key: str | None = None
+        self,
+        shard_id: str,
+        patch: dict[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        minimal: bool = False,
     ) -> CommitResult:
         """Sets keys of an additive map shard (``None`` deletes a key)."""
-        return await self._additive(shard_id, {"new_value": patch}, idempotency_key)
+        return await self._additive(shard_id, {"new_value": patch}, idempotency_key, minimal)
 
     async def text_delta(
-        self, shard_id: str, delta: list[dict[str, Any]], *, idempotency_key: str | None = None
+        self,
+        shard_id: str,
+        delta: list[dict[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+        minimal: bool = False,
     ) -> CommitResult:
         """Applies a Quill/Yjs delta to an additive text shard."""
-        return await self._additive(shard_id, {"delta": list(delta)}, idempotency_key)
+        return await self._additive(shard_id, {"delta": list(delta)}, idempotency_key, minimal)
 
     async def history(self, shard_id: str) -> list[dict[str, Any]]:
         return await self.request("GET", f"/api/shards/{shard_id}/history")
@@ -261,7 +295,10 @@ class ZeroLockClient:
         failure: list[dict[str, Any]] | None = None,
         fence: int | None = None,
         idempotency_key: str | None = None,
+        minimal: bool = False,
     ) -> TxnResult:
+        """One transaction. ``minimal``: the server leaves ``responses`` out (for
+        callers that read only ``succeeded`` and the versions)."""
         body: dict[str, Any] = {
             "compare": compare or [],
             "success": success or [],
@@ -270,9 +307,38 @@ class ZeroLockClient:
         if fence is not None:
             body["fence"] = fence
         data = await self.request(
-            "POST", "/api/txn", json_body=body, idempotency_key=idempotency_key
+            "POST", "/api/txn", json_body=body, idempotency_key=idempotency_key, minimal=minimal
         )
         return TxnResult.from_json(data)
+
+    async def claim(
+        self,
+        shard_id: str,
+        *,
+        where: dict[str, Any],
+        set: dict[str, Any],
+        lease_id: str | None = None,
+        fence: int | None = None,
+        idempotency_key: str | None = None,
+        minimal: bool = True,
+    ) -> ClaimedTask:
+        """``POST /api/shards/{id}/claim``: the server picks a task whose fields
+        equal ``where``, sets ``set`` and the holder (this agent). Raises
+        ``NotFoundError`` (code ``NOTHING_TO_CLAIM``) when none matches. The
+        queue's whole value comes back only with ``minimal=False``."""
+        body: dict[str, Any] = {"where": where, "set": set}
+        if lease_id:
+            body["lease_id"] = lease_id
+        if fence is not None:
+            body["fence"] = fence
+        data = await self.request(
+            "POST",
+            f"/api/shards/{shard_id}/claim",
+            json_body=body,
+            idempotency_key=idempotency_key,
+            minimal=minimal,
+        )
+        return ClaimedTask.from_json(data)
 
     async def grant_lease(self, ttl_seconds: int) -> Lease:
         data = await self.request("POST", "/api/leases", json_body={"ttl_seconds": ttl_seconds})

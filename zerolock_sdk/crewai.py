@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from .errors import StaleCommitError
 from .sync import SyncZeroLockClient
-from .task_claim import claim_task
+from .task_claim import claim_next, claim_task
 
 
 class ReadShardArgs(BaseModel):
@@ -39,7 +39,9 @@ class CommitShardArgs(BaseModel):
 
 class ClaimTaskArgs(BaseModel):
     shard_id: str = Field(description="The task-queue shard.")
-    task_id: str = Field(description="The pending task to claim.")
+    task_id: str | None = Field(
+        default=None, description="The pending task to claim; leave out to get any pending one."
+    )
 
 
 class _ZeroLockTool(BaseTool):
@@ -71,7 +73,7 @@ class CommitShardTool(_ZeroLockTool):
 
     def _run(self, shard_id: str, new_value: Any, expected_version: int) -> str:
         try:
-            result = self.client.commit_shard(shard_id, new_value, expected_version)
+            result = self.client.commit_shard(shard_id, new_value, expected_version, minimal=True)
         except StaleCommitError as stale:
             return json.dumps(
                 {
@@ -87,12 +89,25 @@ class CommitShardTool(_ZeroLockTool):
 class ClaimTaskTool(_ZeroLockTool):
     name: str = "claim_task"
     description: str = (
-        "Claim a pending task in a task-queue shard. claimed=true means it is yours "
-        "alone; otherwise holder says who has it: pick another task."
+        "Claim a pending task in a task-queue shard: name task_id, or leave it out and "
+        "the server picks a pending one (task_id null: nothing left). claimed=true "
+        "means it is yours alone; otherwise holder says who has it: pick another task."
     )
     args_schema: type[BaseModel] = ClaimTaskArgs
 
-    def _run(self, shard_id: str, task_id: str) -> str:
+    def _run(self, shard_id: str, task_id: str | None = None) -> str:
+        if task_id is None:
+            picked = self.client.call(claim_next, shard_id)
+            if picked is None:
+                return json.dumps({"task_id": None, "claimed": False, "holder": None})
+            return json.dumps(
+                {
+                    "task_id": picked.task_id,
+                    "claimed": True,
+                    "holder": picked.holder,
+                    "task": picked.task,
+                }
+            )
         result = self.client.call(claim_task, shard_id, task_id)
         return json.dumps({"task_id": task_id, "claimed": result.claimed, "holder": result.holder})
 

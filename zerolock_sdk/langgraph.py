@@ -36,7 +36,7 @@ from langgraph.checkpoint.base import (
 from .client import ZeroLockClient
 from .errors import ConflictError, NotFoundError, StaleCommitError
 from .models import CreateShardOptions
-from .task_claim import claim_task
+from .task_claim import claim_next, claim_task
 
 
 def thread_shard_id(thread_id: str, checkpoint_ns: str) -> str:
@@ -193,7 +193,8 @@ class ZeroLockSaver(BaseCheckpointSaver[str]):
                     "path": ["checkpoints", checkpoint["id"]],
                     "value": saved,
                 }
-            ]
+            ],
+            minimal=True,
         )
         return {
             "configurable": {
@@ -226,7 +227,7 @@ class ZeroLockSaver(BaseCheckpointSaver[str]):
                 }
             )
         if ops:
-            await self._client().txn(success=ops)
+            await self._client().txn(success=ops, minimal=True)
 
     async def adelete_thread(self, thread_id: str) -> None:
         for shard in await self._client().list_shards(prefix="lg."):
@@ -282,7 +283,9 @@ def create_zerolock_tools(client: ZeroLockClient) -> list[StructuredTool]:
     async def commit_shard(shard_id: str, expected_version: int, new_value_json: str) -> str:
         """Commit a new value (JSON) to a decision shard, given the version you read."""
         try:
-            result = await client.commit(shard_id, expected_version, json.loads(new_value_json))
+            result = await client.commit(
+                shard_id, expected_version, json.loads(new_value_json), minimal=True
+            )
         except StaleCommitError as stale:
             return json.dumps(
                 {
@@ -294,8 +297,22 @@ def create_zerolock_tools(client: ZeroLockClient) -> list[StructuredTool]:
             )
         return json.dumps({"committed": True, "version": result.version})
 
-    async def claim(shard_id: str, task_id: str) -> str:
-        """Claim a pending task in a task-queue shard; says who holds it if you lost."""
+    async def claim(shard_id: str, task_id: str | None = None) -> str:
+        """Claim a task in a task-queue shard. Without task_id the server picks a
+        pending one for you (task_id null: nothing left to claim); with task_id,
+        that task, and if you lost, who holds it."""
+        if task_id is None:
+            picked = await claim_next(client, shard_id)
+            if picked is None:
+                return json.dumps({"task_id": None, "claimed": False, "holder": None})
+            return json.dumps(
+                {
+                    "task_id": picked.task_id,
+                    "claimed": True,
+                    "holder": picked.holder,
+                    "task": picked.task,
+                }
+            )
         result = await claim_task(client, shard_id, task_id)
         return json.dumps({"task_id": task_id, "claimed": result.claimed, "holder": result.holder})
 

@@ -56,10 +56,12 @@ class FileLock:
             free = await self.client.txn(
                 compare=[{"shard_id": self.shard, "path": [path], "op": "not_exists"}],
                 success=[self._put(path, now)],
+                minimal=True,
             )
             return free.succeeded
         if held["value"].get("holder") == self.agent_id:
-            return (await self.client.txn(success=[self._put(path, now)])).succeeded
+            renewed = await self.client.txn(success=[self._put(path, now)], minimal=True)
+            return renewed.succeeded
         return False
 
     def _put(self, path: str, now: float) -> dict[str, Any]:
@@ -93,6 +95,7 @@ class FileLock:
                 }
             ],
             success=[{"op": "delete", "shard_id": self.shard, "path": [path]}],
+            minimal=True,
         )
         return result.succeeded
 

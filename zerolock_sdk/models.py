@@ -41,6 +41,7 @@ class CommitOptions(TypedDict, total=False):
     approval_id: str
     fence: int
     idempotency_key: str
+    minimal: bool  # the server does not send the value back (result.value is None)
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,29 @@ class ClaimResult:
     claimed: bool
     holder: str | None
     task: dict[str, Any] | None = None
+    version: int | None = None  # the queue's version the claim wrote (claim_next)
+
+
+@dataclass(frozen=True)
+class ClaimedTask:
+    """The answer of ``POST /api/shards/{id}/claim``. ``value`` (the whole queue)
+    is None unless asked for."""
+
+    task_id: str
+    task: dict[str, Any]
+    version: int
+    audit_entry_id: int
+    value: Any = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClaimedTask:
+        return cls(
+            data["task_id"],
+            data["task"],
+            data["version"],
+            data["audit_entry_id"],
+            data.get("value"),
+        )
 
 
 @dataclass(frozen=True)
@@ -201,7 +225,10 @@ class TxnResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TxnResult:
-        return cls(data["succeeded"], data["responses"], data["versions"], data.get("revision"))
+        # No "responses" in a minimal answer (Prefer: return=minimal).
+        return cls(
+            data["succeeded"], data.get("responses", []), data["versions"], data.get("revision")
+        )
 
 
 @dataclass(frozen=True)

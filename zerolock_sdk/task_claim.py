@@ -1,8 +1,11 @@
 """Task claiming on a decision shard: ``{"task-id": {"status": "pending", ...}}``.
 
-With the server's transaction endpoint a claim is one request that wins or says
-who holds the task. Against a server without it, the reference protocol runs
-instead: write with the version read, wait, re-read, decide."""
+``claim_next`` asks the server for any pending task: one request, which either
+claims one or says there is nothing left (no agent ever loses a request to
+another's claim). ``claim_task`` claims a task you name: with the server's
+transaction endpoint, one request that wins or says who holds the task; against
+a server without it, the reference protocol runs instead: write with the
+version read, wait, re-read, decide."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from .models import ClaimResult, Task
 __all__ = [
     "ClaimResult",
     "Task",
+    "claim_next",
     "claim_task",
     "complete_task",
     "fail_task",
@@ -81,6 +85,35 @@ async def claim_task(
     return ClaimResult(task_id, False, (task or {}).get("holder"), task)
 
 
+async def claim_next(
+    client: ZeroLockClient,
+    queue: str,
+    *,
+    where: dict[str, Any] | None = None,
+    set: dict[str, Any] | None = None,
+    lease_id: str | None = None,
+    idempotency_key: str | None = None,
+) -> ClaimResult | None:
+    """Claims whichever task the server picks among those whose fields equal
+    ``where`` (default: pending), setting ``set`` (default: claimed) and the
+    holder (this client's agent); None when no task matches. With ``lease_id``
+    the holder goes when the lease ends, as with ``claim_task``."""
+    try:
+        claimed = await client.claim(
+            queue,
+            where=where or {"status": "pending"},
+            set=set or {"status": "claimed"},
+            lease_id=lease_id,
+            idempotency_key=idempotency_key,
+        )
+    except NotFoundError as error:
+        if error.code == "NOTHING_TO_CLAIM":
+            return None
+        raise
+    holder = claimed.task.get("holder")
+    return ClaimResult(claimed.task_id, True, holder, claimed.task, claimed.version)
+
+
 async def _claim_by_rereading(
     client: ZeroLockClient, shard_id: str, task_id: str, agent: str, wait: float = 0.05
 ) -> ClaimResult:
@@ -93,7 +126,7 @@ async def _claim_by_rereading(
         value = dict(shard.value)
         value[task_id] = {**task, "status": "claimed", "holder": agent}
         try:
-            await client.commit(shard_id, shard.version, value)
+            await client.commit(shard_id, shard.version, value, minimal=True)
         except StaleCommitError:
             continue
         await asyncio.sleep(wait)
@@ -125,6 +158,7 @@ async def _finish(
                 for k, v in extra.items()
             ),
         ],
+        minimal=True,  # only whether it held is read
     )
     return result.succeeded
 
@@ -151,6 +185,7 @@ async def fail_task(
     ok = await _finish(client, shard_id, task_id, status, {"error": error} if error else {})
     if ok and retry:
         await client.txn(
-            success=[{"op": "delete", "shard_id": shard_id, "path": [task_id, "holder"]}]
+            success=[{"op": "delete", "shard_id": shard_id, "path": [task_id, "holder"]}],
+            minimal=True,
         )
     return ok

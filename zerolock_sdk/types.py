@@ -5,6 +5,7 @@ use (``from zerolock_sdk.types import CreateShardOptions``). They are defined in
 from .models import (
     Approval,
     ApprovalStatus,
+    ClaimedTask,
     ClaimResult,
     CommitOptions,
     CommitResult,
@@ -18,6 +19,7 @@ from .models import (
 __all__ = [
     "Approval",
     "ApprovalStatus",
+    "ClaimedTask",
     "ClaimResult",
     "CommitOptions",
     "CommitResult",

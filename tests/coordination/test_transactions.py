@@ -219,6 +219,27 @@ def test_compare_operators_on_fields_and_versions(planner):
         assert result["succeeded"] is expected, compare
 
 
+def test_a_minimal_txn_answers_the_outcome_and_versions_without_the_responses(planner):
+    planner.post(
+        "/api/shards", {"id": "tasks", "type": "decision", "initial_value": {}}, format="json"
+    )
+    body = {
+        "compare": [{"shard_id": "tasks", "path": ["t1"], "op": "not_exists"}],
+        "success": [
+            {"op": "put", "shard_id": "tasks", "path": ["t1"], "value": "w1"},
+            {"op": "get", "shard_id": "tasks"},
+        ],
+        "failure": [{"op": "get", "shard_id": "tasks"}],
+    }
+    won = planner.post("/api/txn", body, format="json", HTTP_PREFER="return=minimal")
+    assert won["Preference-Applied"] == "return=minimal"
+    assert set(won.json()) == {"succeeded", "versions", "revision"}
+    assert won.json()["succeeded"] is True and won.json()["versions"] == {"tasks": 2}
+    lost = planner.post("/api/txn", body, format="json")
+    assert lost.json()["responses"][0]["value"] == {"t1": "w1"}
+    assert not lost.has_header("Preference-Applied")
+
+
 def claim_with_view(shard_id: str, task: str, agent: str) -> dict:
     """One claim; either way the answer carries the whole queue, so the agent's
     view of what is still pending is as fresh as its last response."""

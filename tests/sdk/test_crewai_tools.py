@@ -50,7 +50,7 @@ def test_crewai_tools_read_commit_and_claim_on_the_live_server(live_server_url):
     _, admin = api_key_create(name="crew admin", permissions=["admin"])
     with SyncZeroLockClient(live_server_url, agent_id="setup", api_key=admin) as server:
         server.create_shard("crew.plan", CreateShardOptions(initial_value={"topic": "none"}))
-        tasks = {"t1": {"status": "pending"}, "t2": {"status": "pending"}}
+        tasks = {f"t{n}": {"status": "pending"} for n in (1, 2, 3)}
         server.create_shard("crew.queue", CreateShardOptions(initial_value=tasks))
         alice, bob = (crew_member(live_server_url, key, n) for n in ("crew-alice", "crew-bob"))
         assert {t.name for t in alice.tools} == {"read_shard", "commit_shard", "claim_task"}
@@ -90,9 +90,19 @@ def test_crewai_tools_read_commit_and_claim_on_the_live_server(live_server_url):
             # The async path CrewAI uses for async crews gives the same answers.
             other = asyncio.run(tool(alice, "claim_task").arun(shard_id="crew.queue", task_id="t2"))
             assert json.loads(other)["claimed"] is True
+            # No task_id: the server picks the pending one, then says none is left.
+            picked = json.loads(tool(bob, "claim_task").run(shard_id="crew.queue"))
+            assert (picked["task_id"], picked["claimed"], picked["holder"]) == (
+                "t3",
+                True,
+                "crew-bob",
+            )
+            none_left = json.loads(tool(alice, "claim_task").run(shard_id="crew.queue"))
+            assert none_left == {"task_id": None, "claimed": False, "holder": None}
             assert server.get_shard("crew.queue").value == {
                 "t1": {"status": "claimed", "holder": "crew-bob"},
                 "t2": {"status": "claimed", "holder": "crew-alice"},
+                "t3": {"status": "claimed", "holder": "crew-bob"},
             }
         finally:
             for member in (alice, bob):

@@ -52,11 +52,14 @@ def test_a_graph_checkpointed_in_shards_accumulates_across_runs_and_workers(live
 def test_the_tools_read_commit_and_claim(live_server_url):
     _, key = api_key_create(name="tools", permissions=["shard:read", "shard:write", "shard:create"])
 
-    async def scenario() -> tuple[dict, dict, dict, dict]:
+    async def scenario() -> tuple[dict, dict, dict, dict, dict, dict]:
         async with ZeroLockClient(live_server_url, agent_id="llm-agent", api_key=key) as zl:
             await zl.create_shard("notes", CreateShardOptions(initial_value={"n": 1}))
             await zl.create_shard(
-                "jobs", CreateShardOptions(initial_value={"j1": {"status": "pending"}})
+                "jobs",
+                CreateShardOptions(
+                    initial_value={"j1": {"status": "pending"}, "j2": {"status": "pending"}}
+                ),
             )
             tools = {tool.name: tool for tool in create_zerolock_tools(zl)}
             read = json.loads(await tools["read_shard"].ainvoke({"shard_id": "notes"}))
@@ -73,10 +76,20 @@ def test_the_tools_read_commit_and_claim(live_server_url):
             claimed = json.loads(
                 await tools["claim_task"].ainvoke({"shard_id": "jobs", "task_id": "j1"})
             )
-            return read, ok, stale, claimed
+            # No task_id: the server picks a pending one, until none is left.
+            picked = json.loads(await tools["claim_task"].ainvoke({"shard_id": "jobs"}))
+            none_left = json.loads(await tools["claim_task"].ainvoke({"shard_id": "jobs"}))
+            return read, ok, stale, claimed, picked, none_left
 
-    read, ok, stale, claimed = asyncio.run(scenario())
+    read, ok, stale, claimed, picked, none_left = asyncio.run(scenario())
     assert read == {"shard_id": "notes", "version": 1, "value": {"n": 1}}
     assert ok == {"committed": True, "version": 2}
     assert stale["committed"] is False and stale["current_value"] == {"n": 2}
     assert claimed == {"task_id": "j1", "claimed": True, "holder": "llm-agent"}
+    assert picked == {
+        "task_id": "j2",
+        "claimed": True,
+        "holder": "llm-agent",
+        "task": {"status": "claimed", "holder": "llm-agent"},
+    }
+    assert none_left == {"task_id": None, "claimed": False, "holder": None}

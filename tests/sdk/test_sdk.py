@@ -25,6 +25,7 @@ from zerolock_sdk.approvals import ApprovalClient
 from zerolock_sdk.locks import FileLock, FileLocker, LockTimeout
 from zerolock_sdk.task_claim import (
     _claim_by_rereading,
+    claim_next,
     claim_task,
     complete_task,
     fail_task,
@@ -166,6 +167,73 @@ def test_task_claiming_wins_once_and_reports_the_holder(live_server_url):
             # The reference protocol still works where a server has no txn.
             assert (await _claim_by_rereading(bob, "queue", "t2", "bob")).claimed
             assert (await _claim_by_rereading(alice, "queue", "t2", "alice")).holder == "bob"
+
+    asyncio.run(scenario())
+
+
+def test_claim_next_takes_whatever_task_is_free_until_none_is_left(live_server_url):
+    key = a_key()
+
+    async def scenario() -> None:
+        tasks = {f"t{n}": {"status": "pending", "kind": "a" if n < 3 else "b"} for n in range(4)}
+        async with (
+            ZeroLockClient(live_server_url, agent_id="alice", api_key=key) as alice,
+            ZeroLockClient(live_server_url, agent_id="bob", api_key=key) as bob,
+        ):
+            await alice.create_shard("queue", CreateShardOptions(initial_value=tasks))
+            first = await claim_next(alice, "queue", where={"status": "pending", "kind": "b"})
+            assert first is not None
+            assert (first.task_id, first.claimed, first.holder) == ("t3", True, "alice")
+            assert first.task == {"status": "claimed", "kind": "b", "holder": "alice"}
+            assert first.version == 2
+            assert await claim_next(bob, "queue", where={"status": "pending", "kind": "b"}) is None
+            lease = await bob.grant_lease(30)
+            taken = [await claim_next(bob, "queue", lease_id=lease.id) for _ in range(3)]
+            assert sorted(t.task_id for t in taken if t) == ["t0", "t1", "t2"]
+            assert await claim_next(alice, "queue") is None
+            # What claim_next took, the task helpers finish as they would claim_task's.
+            assert await complete_task(bob, "queue", taken[0].task_id, result="ok")
+            await bob.revoke_lease(lease.id)  # the others' holders go with the lease
+            queue = (await alice.get_shard("queue")).value
+            assert queue[taken[0].task_id]["status"] == "done"
+            assert "holder" not in queue[taken[1].task_id]
+            with pytest.raises(NotFoundError) as missing:
+                await claim_next(alice, "no-such-queue")
+            assert missing.value.code == "SHARD_NOT_FOUND"
+            # The client asks for the queue's value only when told to.
+            await alice.create_shard("q2", CreateShardOptions(initial_value=tasks))
+            minimal = await alice.claim("q2", where={"kind": "a"}, set={"status": "claimed"})
+            assert minimal.value is None
+            full = await alice.claim("q2", where={"kind": "a"}, set={"status": "x"}, minimal=False)
+            assert full.value[full.task_id] == full.task
+
+    asyncio.run(scenario())
+
+
+def test_minimal_writes_through_the_sdk_leave_the_value_out(live_server_url):
+    key = a_key()
+
+    async def scenario() -> None:
+        async with ZeroLockClient(live_server_url, agent_id="planner", api_key=key) as zl:
+            await zl.create_shard("plan", CreateShardOptions(initial_value={"step": 1}))
+            result = await zl.commit("plan", 1, {"step": 2}, minimal=True)
+            assert (result.version, result.value) == (2, None)
+            assert (await zl.commit_shard("plan", {"step": 3}, 2)).value == {"step": 3}
+            await zl.create_shard("log", CreateShardOptions(type="additive", crdt_type="array"))
+            appended = await zl.append("log", [1], minimal=True)
+            assert (appended.version, appended.value) == (2, None)
+            done = await zl.txn(
+                success=[{"op": "put", "shard_id": "plan", "path": ["step"], "value": 4}],
+                minimal=True,
+            )
+            assert (done.succeeded, done.responses, done.versions) == (True, [], {"plan": 4})
+        async with CachedZeroLockClient(
+            live_server_url, agent_id="cached", api_key=key, auto_connect_ws=False, ttl=60
+        ) as cached:
+            assert (await cached.get_shard("plan")).value == {"step": 4}
+            await cached.commit("plan", 4, {"step": 5}, minimal=True)
+            # No value came back to cache: the next read goes to the server.
+            assert (await cached.get_shard("plan")).value == {"step": 5}
 
     asyncio.run(scenario())
 

@@ -1,5 +1,5 @@
 """Every path that can give a shard a new version goes through the one version
-writer, and it shows: REST commit, transaction, additive op, Yjs update,
+writer, and it shows: REST commit, transaction, claim, additive op, Yjs update,
 approved commit, lease expiry. For each path, through the real ASGI app (REST
 views, WebSocket consumers, in-memory channel layer, the test database):
 
@@ -124,6 +124,16 @@ async def via_txn(world: World) -> tuple[str, int]:
     return "w-txn", response.json()["versions"]["w-txn"]
 
 
+async def via_claim(world: World) -> tuple[str, int]:
+    await create(world, "w-claim", initial_value={"t1": {"status": "pending"}})
+    await subscribed(world, "w-claim")
+    await an_expired_lease_holding(world, "lease-target-claim")
+    body = {"where": {"status": "pending"}, "set": {"status": "claimed"}}
+    response = await world.rest("post", "/api/shards/w-claim/claim", body)
+    assert response.status_code == 200, response.json()
+    return "w-claim", response.json()["version"]
+
+
 async def via_additive(world: World) -> tuple[str, int]:
     await create(world, "w-add", type="additive", crdt_type="array", initial_value=[])
     await subscribed(world, "w-add")
@@ -193,6 +203,7 @@ async def via_lease_expiry(world: World) -> tuple[str, int]:
 PATHS: dict[str, Callable[[World], Awaitable[tuple[str, int]]]] = {
     "REST commit": via_rest_commit,
     "transaction": via_txn,
+    "claim": via_claim,
     "additive op": via_additive,
     "Yjs update": via_yjs,
     "approved commit": via_approval,
@@ -259,6 +270,7 @@ FENCE_CARRIERS = {
     "REST commit": ("w-f-rest", {"type": "decision", "initial_value": {}}),
     "additive op": ("w-f-add", {"type": "additive", "crdt_type": "array", "initial_value": []}),
     "transaction": ("w-f-txn", {"type": "decision", "initial_value": {}}),
+    "claim": ("w-f-claim", {"type": "decision", "initial_value": {}}),
 }
 
 
@@ -268,6 +280,13 @@ def _fenced_write(kind: str, shard_id: str, version: int, fence: int) -> tuple[s
         return f"/api/shards/{shard_id}/commit", body
     if kind == "additive op":
         return f"/api/shards/{shard_id}/commit", {"append": [version], "fence": fence}
+    if kind == "claim":
+        # The first write makes a task for the second to claim.
+        if version == 1:
+            body = {"expected_version": 1, "new_value": {"t": {"s": "free"}}, "fence": fence}
+            return f"/api/shards/{shard_id}/commit", body
+        body = {"where": {"s": "free"}, "set": {"s": "taken"}, "fence": fence}
+        return f"/api/shards/{shard_id}/claim", body
     put = {"op": "put", "shard_id": shard_id, "path": ["v"], "value": version}
     return "/api/txn", {"success": [put], "fence": fence}
 

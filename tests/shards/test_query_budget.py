@@ -112,3 +112,20 @@ def test_an_append_is_one_rules_read_and_one_short_transaction(
     with at_most(7):
         response = warm.post("/api/shards/log/commit", {"append": ["x"]}, format="json")
     assert response.status_code == 200, response.content
+
+
+def test_a_claim_is_one_rules_read_and_one_short_transaction(warm):
+    warm.post(
+        "/api/shards",
+        {"id": "queue", "type": "decision", "initial_value": {"t1": {"status": "pending"}}},
+        format="json",
+    )
+    # Rules read, then in one transaction: audit head; the queue read under the
+    # lock; conditional UPDATE; audit INSERT; head UPDATE.
+    with at_most(6):
+        response = warm.post(
+            "/api/shards/queue/claim",
+            {"where": {"status": "pending"}, "set": {"status": "claimed"}},
+            format="json",
+        )
+    assert response.status_code == 200, response.content

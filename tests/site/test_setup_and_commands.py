@@ -69,11 +69,18 @@ def test_the_openapi_schema_describes_every_contract_path(client):
         "/api/shards",
         "/api/shards/{shard_id}",
         "/api/shards/{shard_id}/commit",
+        "/api/shards/{shard_id}/claim",
         "/api/shards/{shard_id}/history",
+        "/api/txn",
         "/api/audit",
         "/api/health",
     ):
         assert path in paths
+    # The writes that answer with a value take Prefer: return=minimal and say so.
+    for path in ("/api/shards/{shard_id}/commit", "/api/shards/{shard_id}/claim", "/api/txn"):
+        operation = paths[path]["post"]
+        assert "Prefer" in {p["name"] for p in operation["parameters"] if p["in"] == "header"}
+        assert "Preference-Applied" in operation["responses"]["200"]["headers"]
     assert response.json()["components"]["securitySchemes"]["ApiKeyAuth"]["name"] == "X-API-Key"
 
 

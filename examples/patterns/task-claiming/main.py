@@ -1,9 +1,11 @@
 """Task claiming: many agents, one queue, every task done exactly once.
 
-Each claim is one transaction on the server that either wins or says who holds
-the task. Claims are bound to a lease per worker; with --reaper, a worker
-"crashes" holding tasks, and when its lease expires the server frees them
-(the holder disappears), so a reaper puts those tasks back to pending."""
+Each claim is one request: the server picks a pending task, marks it claimed
+by the worker and answers with it, or says nothing is left (no worker ever
+loses a request to another's claim). Claims are bound to a lease per worker;
+with --reaper, a worker "crashes" holding tasks, and when its lease expires the
+server frees them (the holder disappears), so a reaper puts those tasks back to
+pending."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import random
 import uuid
 
 from zerolock_sdk import CreateShardOptions, ZeroLockClient
-from zerolock_sdk.task_claim import claim_task, complete_task, get_pending_tasks
+from zerolock_sdk.task_claim import claim_next, complete_task
 
 URL = os.environ.get("ZEROLOCK_URL", "http://127.0.0.1:8000")
 KEY = os.environ.get("ZEROLOCK_API_KEY", "")
@@ -24,10 +26,7 @@ async def worker(name: str, queue: str, done: list[str], crash_after: int | None
     async with ZeroLockClient(URL, agent_id=name, api_key=KEY) as zl:
         lease = await zl.grant_lease(2 if crash_after is not None else 30)
         claimed = 0
-        while pending := await get_pending_tasks(zl, queue):
-            result = await claim_task(zl, queue, random.choice(pending), lease_id=lease.id)
-            if not result.claimed:
-                continue
+        while result := await claim_next(zl, queue, lease_id=lease.id):
             claimed += 1
             if crash_after is not None and claimed > crash_after:
                 print(f"  {name} crashed holding {result.task_id}")

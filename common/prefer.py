@@ -1,0 +1,50 @@
+"""``Prefer: return=minimal`` (RFC 7240): a write's answer without the value.
+
+An agent that only needs the new version should not pay for shipping the value
+back: an append to a 10,000-item array would otherwise answer with all 10,000
+items. Views that support it call ``write_answer``; without the header nothing
+changes. The answer says what it did with ``Preference-Applied``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+RETURN_MINIMAL = "return=minimal"
+
+
+def prefers_minimal(header: str) -> bool:
+    """Whether a ``Prefer`` header value asks for ``return=minimal``.
+
+    RFC 7240: preferences are comma-separated, each ``token [= word] *(; param)``;
+    names are case-insensitive, a value may be quoted, and when a preference is
+    given more than once only the first counts (``return=representation,
+    return=minimal`` is a representation). Anything unreadable is ignored, as
+    the RFC asks of preferences a server does not understand."""
+    for preference in header.split(","):
+        name, _, value = preference.split(";", 1)[0].partition("=")
+        if name.strip().lower() != "return":
+            continue
+        return value.strip().strip('"').lower() == "minimal"
+    return False
+
+
+def write_answer(
+    request: Request,
+    body: Mapping[str, Any],
+    *,
+    omit: Iterable[str] = ("value",),
+    status: int = 200,
+) -> Response:
+    """``body`` as the answer; without ``omit`` (the value) when the request
+    prefers ``return=minimal``, marked with ``Preference-Applied``."""
+    if not prefers_minimal(request.headers.get("Prefer", "")):
+        return Response(dict(body), status=status)
+    left_out = set(omit)
+    response = Response({k: v for k, v in body.items() if k not in left_out}, status=status)
+    response["Preference-Applied"] = RETURN_MINIMAL
+    return response
