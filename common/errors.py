@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
@@ -63,6 +63,8 @@ def _first_message(detail: Any) -> str:
 
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, Http404):  # raised by Django or DRF machinery, not by our views
+        exc = drf_exceptions.NotFound()
     if isinstance(exc, ApiError):
         response = Response(exc.envelope(), status=exc.status)
         if exc.status == 401:

@@ -289,6 +289,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["access.auth.HasKeyPermission"],
     "DEFAULT_PARSER_CLASSES": ["common.inputs.SafeJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["common.renderers.FastJSONRenderer"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "common.negotiation.LenientContentNegotiation",
     "EXCEPTION_HANDLER": "common.errors.api_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,

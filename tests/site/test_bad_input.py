@@ -471,3 +471,14 @@ def test_a_refusal_from_the_outer_middleware_is_json_under_api(planner):
     response = planner.get("/api/shards", HTTP_HOST="evil.example")  # DisallowedHost
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "BAD_REQUEST"
+
+
+@pytest.mark.parametrize("fmt", ["xyz", "null", "%F0%91%84%BC%C2%87", "yaml", ""])
+def test_an_unknown_format_query_parameter_is_ignored_not_a_500(planner, ledger, fmt):
+    """DRF picks a renderer by ?format= and raised Http404 before any renderer was
+    chosen when none matched: the fuzzer's ?format=garbage got a 500 everywhere."""
+    for path in ("/api/shards", f"/api/shards/{ledger.id}", f"/api/shards/{ledger.id}/history"):
+        response = planner.get(f"{path}?format={fmt}")
+        assert response.status_code == 200, (path, response.content[:200])
+        assert response["Content-Type"].startswith("application/json")
+        json.loads(response.content)
