@@ -56,18 +56,27 @@ class CommitResult:
 
 
 @contextmanager
-def write_transaction() -> Iterator[AuditWriter]:
-    """The audited transaction every version write runs in: the write sweeps
-    (lease expiry) run first, under the same lock."""
-    started = time.perf_counter()
-    # Which sweeps have work, asked before the lock (one cheap indexed query
-    # each): a write does not pay for the sweep under the lock when nothing is due.
+def swept_transaction(started: float) -> Iterator[AuditWriter]:
+    """The one way a version-writing transaction opens: the write sweeps (lease
+    expiry) run first, under the same lock, and the Docs its additive writes
+    leave are cached once it commits. Shared by write_transaction and group
+    commit's batches."""
+    # Which sweeps have work, asked before the lock (an in-process deadline for
+    # leases): a write does not pay for the sweep under the lock when nothing is due.
     due = {name for name, check in list(hooks.write_sweeps_due.items()) if check()}
     with audited_transaction() as audit:
         audit.swept, audit.started = True, started
         write_sweeps_run(audit, due)
         yield audit
         fresh_docs_kept(audit)
+
+
+@contextmanager
+def write_transaction() -> Iterator[AuditWriter]:
+    """The audited transaction every version write runs in (swept_transaction)."""
+    started = time.perf_counter()
+    with swept_transaction(started) as audit:
+        yield audit
     # Reached only when the transaction committed: count what it wrote.
     latency_ms = (time.perf_counter() - started) * 1000
     for shard_id in audit.written:
@@ -134,10 +143,7 @@ class GroupCommit:
 
     def _apply(self, batch: list[_Queued]) -> None:
         try:
-            due = {name for name, check in list(hooks.write_sweeps_due.items()) if check()}
-            with audited_transaction() as audit:
-                audit.swept, audit.started = True, batch[0].started
-                write_sweeps_run(audit, due)
+            with swept_transaction(batch[0].started) as audit:
                 for queued in batch:
                     head_hash, written_from = audit.head.last_hash, len(audit.written)
                     try:
@@ -150,7 +156,6 @@ class GroupCommit:
                         queued.error = error
                     else:
                         queued.written = audit.written[written_from:]
-                fresh_docs_kept(audit)
             self.batches += 1
         except BaseException as error:
             for queued in batch:
