@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from .errors import StaleCommitError
 from .sync import SyncZeroLockClient
-from .task_claim import claim_next, claim_task
+from .task_claim import claim_next, claim_task, claim_tool_answer
 
 
 class ReadShardArgs(BaseModel):
@@ -97,19 +97,8 @@ class ClaimTaskTool(_ZeroLockTool):
 
     def _run(self, shard_id: str, task_id: str | None = None) -> str:
         if task_id is None:
-            picked = self.client.call(claim_next, shard_id)
-            if picked is None:
-                return json.dumps({"task_id": None, "claimed": False, "holder": None})
-            return json.dumps(
-                {
-                    "task_id": picked.task_id,
-                    "claimed": True,
-                    "holder": picked.holder,
-                    "task": picked.task,
-                }
-            )
-        result = self.client.call(claim_task, shard_id, task_id)
-        return json.dumps({"task_id": task_id, "claimed": result.claimed, "holder": result.holder})
+            return claim_tool_answer(None, self.client.call(claim_next, shard_id))
+        return claim_tool_answer(task_id, self.client.call(claim_task, shard_id, task_id))
 
 
 def create_zerolock_tools(

@@ -36,7 +36,7 @@ from langgraph.checkpoint.base import (
 from .client import ZeroLockClient
 from .errors import ConflictError, NotFoundError, StaleCommitError
 from .models import CreateShardOptions
-from .task_claim import claim_next, claim_task
+from .task_claim import claim_next, claim_task, claim_tool_answer
 
 
 def thread_shard_id(thread_id: str, checkpoint_ns: str) -> str:
@@ -302,19 +302,8 @@ def create_zerolock_tools(client: ZeroLockClient) -> list[StructuredTool]:
         pending one for you (task_id null: nothing left to claim); with task_id,
         that task, and if you lost, who holds it."""
         if task_id is None:
-            picked = await claim_next(client, shard_id)
-            if picked is None:
-                return json.dumps({"task_id": None, "claimed": False, "holder": None})
-            return json.dumps(
-                {
-                    "task_id": picked.task_id,
-                    "claimed": True,
-                    "holder": picked.holder,
-                    "task": picked.task,
-                }
-            )
-        result = await claim_task(client, shard_id, task_id)
-        return json.dumps({"task_id": task_id, "claimed": result.claimed, "holder": result.holder})
+            return claim_tool_answer(None, await claim_next(client, shard_id))
+        return claim_tool_answer(task_id, await claim_task(client, shard_id, task_id))
 
     return [
         StructuredTool.from_function(

@@ -10,6 +10,7 @@ version read, wait, re-read, decide."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from .client import ZeroLockClient
@@ -189,3 +190,19 @@ async def fail_task(
             minimal=True,
         )
     return ok
+
+
+def claim_tool_answer(task_id: str | None, result: ClaimResult | None) -> str:
+    """What the LangGraph and CrewAI ``claim_task`` tools tell the model, as JSON:
+    the task id, whether it is now yours, who holds it, and (for a task the
+    server picked) the task itself. ``result`` None: nothing left to claim."""
+    if result is None:
+        return json.dumps({"task_id": None, "claimed": False, "holder": None})
+    answer: dict[str, Any] = {
+        "task_id": task_id if task_id is not None else result.task_id,
+        "claimed": result.claimed,
+        "holder": result.holder,
+    }
+    if task_id is None:
+        answer["task"] = result.task
+    return json.dumps(answer)
