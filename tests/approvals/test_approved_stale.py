@@ -75,7 +75,10 @@ def test_console_history_and_admin_spell_it_out_in_amber(stale_approval):
     listing = admin.get("/admin/approvals/approval/").content.decode()
     assert 'data-status="approved_stale"' in listing
     assert "approved – not applied (stale)" in listing
-    page = admin.get(f"/admin/approvals/approval/{stale_approval.id}/change/").content.decode()
+    response = admin.get(f"/admin/approvals/approval/{stale_approval.id}/change/")
+    # Once, in a full run, this page came back empty: say what it was if it recurs.
+    assert response.status_code == 200, (response.status_code, response.get("Location"))
+    page = response.content.decode()
     assert "approved – not applied (stale)" in page
 
 
