@@ -9,10 +9,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from audit.models import AuditEntry, AuditHead
+from common import hotsql
 from common.db import sqlite_writer_queue
 
 GENESIS_HASH = "0" * 64
@@ -85,9 +86,10 @@ class AuditWriter:
             prev_hash=self.head.last_hash,
         )
         entry.entry_hash = entry_digest(entry)
-        entry.save(force_insert=True)
+        hotsql.insert_instance(entry)
+        # The head row is written once, when the transaction is done with it
+        # (audited_transaction), not once per entry: a batch of writes moves it once.
         self.head.last_hash = entry.entry_hash
-        AuditHead.objects.filter(pk=self.head.pk).update(last_hash=entry.entry_hash)
         return entry
 
 
@@ -95,13 +97,36 @@ class AuditWriter:
 def audited_transaction() -> Iterator[AuditWriter]:
     """Every write runs in here. Locking the audit head first puts all writers in one
     queue (on PostgreSQL; SQLite's IMMEDIATE transactions already do), so the chain
-    never forks and read-set checks see no concurrent change."""
+    never forks and read-set checks see no concurrent change.
+
+    The head row is written once, as the outermost audited transaction ends, so
+    one opened inside it (a savepoint) continues the same head in memory rather
+    than reading the row, which does not show the newest entries yet."""
+    outer: AuditWriter | None = getattr(connection, "zerolock_audit", None)
+    if outer is not None:
+        with transaction.atomic():
+            restore = outer.head.last_hash
+            try:
+                yield AuditWriter(outer.head)
+            except BaseException:
+                outer.head.last_hash = restore  # its entries are rolled back
+                raise
+        return
     with sqlite_writer_queue(), transaction.atomic():
         head = AuditHead.objects.select_for_update().filter(pk=1).first()
         if head is None:
             AuditHead.objects.get_or_create(pk=1, defaults={"last_hash": GENESIS_HASH})
             head = AuditHead.objects.select_for_update().get(pk=1)
-        yield AuditWriter(head)
+        locked_hash = head.last_hash
+        writer = AuditWriter(head)
+        connection.zerolock_audit = writer  # type: ignore[attr-defined]
+        try:
+            yield writer
+        finally:
+            connection.zerolock_audit = None  # type: ignore[attr-defined]
+        # Still inside the transaction: the chain's new end is stored with it.
+        if writer.head.last_hash != locked_hash:
+            hotsql.update_where(AuditHead, {"last_hash": writer.head.last_hash}, id=1)
 
 
 @dataclass

@@ -70,6 +70,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument(
+        "--gil",
+        action="store_true",
+        help="sample only the thread holding the GIL (CPU in Python, not waits)",
+    )
     args = parser.parse_args()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     raw = RESULTS / f"profile-{args.mode}-{args.db}-{stamp}.txt"
@@ -95,12 +101,13 @@ def main() -> None:
                 "-d",
                 str(int(args.seconds)),
                 "-r",
-                "200",
+                str(args.rate),
                 "-f",
                 "raw",
                 "-o",
                 str(raw),
                 "--subprocesses",
+                *(["--gil"] if args.gil else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -125,7 +132,11 @@ def main() -> None:
                         )
                         version = r.json().get("version", version)
                     else:
-                        r = c.post(f"/api/shards/p{n}/commit", json={"append": [version]})
+                        r = c.post(
+                            f"/api/shards/p{n}/commit",
+                            json={"append": [version]},
+                            headers={"Prefer": "return=minimal"},
+                        )
                     r.raise_for_status()
                     latencies.append(time.perf_counter() - started)
                     counts[n] += 1

@@ -43,7 +43,7 @@ class ShardQuerySet(models.QuerySet):
 
     def without_payload(self) -> ShardQuerySet:
         """Rules and metadata only: the value and CRDT state grow with the shard."""
-        return self.defer("value", "crdt_state")
+        return self.defer(*Shard.PAYLOAD)
 
     def within_scopes(self, prefixes: list[str]) -> ShardQuerySet:
         """Shards a key scoped to these id prefixes may see (no prefixes: all)."""
@@ -83,6 +83,9 @@ class Shard(models.Model):
     incarnation = models.UUIDField(default=uuid.uuid4, editable=False)
 
     objects = ShardQuerySet.as_manager()
+
+    # The columns that grow with the shard: left out where only rules are needed.
+    PAYLOAD = ("value", "crdt_state")
 
     class Meta:
         ordering = ["id"]

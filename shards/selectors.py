@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from common import hotsql
 from common.errors import ApiError
 
 from . import crdt_store
@@ -23,8 +24,10 @@ class ShardNotFound(ApiError):
 def shard_get(shard_id: str, *, payload: bool = True) -> Shard:
     """The shard, or ShardNotFound. ``payload=False`` leaves out the value and
     CRDT state (rules and metadata only)."""
-    shards = Shard.objects.all() if payload else Shard.objects.without_payload()
-    shard = shards.filter(pk=shard_id).first()
+    # Every request reads a shard this way: one statement compiled once
+    # (common.hotsql), not a queryset built per call.
+    exclude = () if payload else Shard.PAYLOAD
+    shard = hotsql.instance_by_pk(Shard, shard_id, exclude=exclude)
     if shard is None:
         raise ShardNotFound(shard_id)
     return shard

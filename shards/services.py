@@ -20,6 +20,7 @@ from access.auth import Actor
 from audit.chain import AuditWriter, audited_transaction
 from audit.models import AuditAction
 from audit.rejections import rejection_entry, rejections
+from common import hotsql
 from common.errors import ApiError
 from common.events import send_event_on_commit
 
@@ -454,10 +455,8 @@ def additive_apply_locked(
     # Re-read under the write lock: the database is the only truth. The rules in
     # ``shard`` hold for its incarnation only: a shard deleted (and perhaps
     # re-created) since they were read is refused, never written with old rules.
-    row = (
-        Shard.objects.filter(pk=shard_id, incarnation=shard.incarnation)
-        .values("version", "crdt_state_version")
-        .first()
+    row = hotsql.select_one(
+        Shard, ("version", "crdt_state_version"), id=shard_id, incarnation=shard.incarnation
     )
     if row is None:
         raise ShardNotFound(shard_id)
@@ -492,7 +491,9 @@ def additive_apply_locked(
     )
     if result is None:  # cannot happen under the lock; refuse rather than guess
         raise ShardNotFound(shard_id)
-    CrdtUpdate.objects.create(shard_id=shard_id, version=version, update=update, op=op_json)
+    hotsql.insert(
+        CrdtUpdate, {"shard_id": shard_id, "version": version, "update": update, "op": op_json}
+    )
     send_event_on_commit("crdt_update", shard_id=shard_id, update=update, origin=origin)
     # Last: only a write that got this far leaves its Doc for the next one.
     audit.fresh_docs[shard_id] = crdt_store.Loaded(version, loaded.doc, value, shard.incarnation)

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from django.db import connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from access.auth import Actor
 from audit.chain import AuditWriter, audited_transaction
 from audit.models import AuditAction
+from common import hotsql
 from common.errors import ApiError
 from common.events import send_event_on_commit
 from metrics.models import CommitSample
@@ -253,9 +253,14 @@ def version_write(
     by = committed_by or actor.agent_id
     version = expected_version + 1
     stored = {"value": value} if columns is None else columns
-    touched = Shard.objects.filter(
-        pk=shard.id, version=expected_version, incarnation=shard.incarnation
-    ).update(version=F("version") + 1, updated_by=by, updated_at=timezone.now(), **stored)
+    touched = hotsql.update_where(
+        Shard,
+        {"updated_by": by, "updated_at": timezone.now(), **stored},
+        bump="version",
+        id=shard.id,
+        version=expected_version,
+        incarnation=shard.incarnation,
+    )
     if not touched:
         return None
     entry = audit.append(

@@ -1,0 +1,154 @@
+"""Statements for the hot write and read paths, compiled once per model.
+
+Why not the ORM here: a profile of appends under load (bench/profile.py
+--gil) put about 40 % of the web process's CPU in building and compiling
+querysets (filter, add_q, resolve_expression, as_sql) for a handful of
+statements whose shape never changes. These helpers build that SQL once per
+model and database vendor and reuse it, while still going through Django's
+cursor (so transactions, savepoints, query capture in tests and the
+connection's tuning all apply) and through each field's own conversion in both
+directions (``get_db_prep_save`` going in, the field's and backend's
+converters coming out), so values round-trip exactly as the ORM would give
+them. Only plain column equality is offered: anything richer belongs in the ORM.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+from django.db import connection, models
+
+M = TypeVar("M", bound=models.Model)
+
+
+def _qn(name: str | None) -> str:
+    assert name is not None  # every concrete column and table has one
+    return connection.ops.quote_name(name)
+
+
+def _fields(model: type[models.Model], names: Iterable[str]) -> list[models.Field]:
+    return [model._meta.get_field(name) for name in names]  # type: ignore[misc]
+
+
+@functools.cache
+def _select(
+    model: type[models.Model], vendor: str, columns: tuple[str, ...], where: tuple[str, ...]
+) -> tuple[str, list[tuple[str, Any, list[Any]]]]:
+    fields = _fields(model, columns)
+    sql = "SELECT {} FROM {} WHERE {}".format(
+        ", ".join(_qn(f.column) for f in fields),
+        _qn(model._meta.db_table),
+        " AND ".join(f"{_qn(f.column)} = %s" for f in _fields(model, where)),
+    )
+    # What the ORM's compiler would apply to each column on the way out (a
+    # SQLite datetime string becomes a datetime, JSON text becomes Python, ...).
+    converters = []
+    for f in fields:
+        col = f.get_col(model._meta.db_table)
+        convs = connection.ops.get_db_converters(col) + f.get_db_converters(connection)
+        converters.append((f.attname, col, convs))
+    return sql, converters
+
+
+def _params(model: type[models.Model], values: dict[str, Any]) -> list[Any]:
+    return [
+        f.get_db_prep_save(values[name], connection)
+        for name, f in zip(values, _fields(model, values), strict=True)
+    ]
+
+
+def select_one(
+    model: type[models.Model], columns: Sequence[str], **where: Any
+) -> dict[str, Any] | None:
+    """One row's ``columns`` (by attribute name) where every ``where`` column
+    equals its value, or None."""
+    sql, converters = _select(model, connection.vendor, tuple(columns), tuple(where))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, _params(model, where))
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    out = {}
+    for value, (name, col, convs) in zip(row, converters, strict=True):
+        for conv in convs:
+            value = conv(value, col, connection)
+        out[name] = value
+    return out
+
+
+def instance_by_pk(model: type[M], pk: Any, *, exclude: Sequence[str] = ()) -> M | None:
+    """The model instance with this primary key (the ``exclude``d fields left
+    deferred: reading one later costs a query, as with ``defer``), or None."""
+    names = tuple(f.attname for f in model._meta.concrete_fields if f.attname not in exclude)
+    row = select_one(model, names, **{model._meta.pk.attname: pk})
+    if row is None:
+        return None
+    return model.from_db(connection.alias, list(names), list(row.values()))
+
+
+@functools.cache
+def _update(
+    model: type[models.Model], vendor: str, columns: tuple[str, ...], where: tuple[str, ...]
+) -> str:
+    return "UPDATE {} SET {} WHERE {}".format(
+        _qn(model._meta.db_table),
+        ", ".join(f"{_qn(f.column)} = %s" for f in _fields(model, columns)),
+        " AND ".join(f"{_qn(f.column)} = %s" for f in _fields(model, where)),
+    )
+
+
+def update_where(
+    model: type[models.Model], values: dict[str, Any], *, bump: str = "", **where: Any
+) -> int:
+    """``UPDATE ... SET values WHERE where``; ``bump`` names an integer column
+    that is set to ``where[bump] + 1`` (a version counter checked by ``where``).
+    Returns the number of rows changed."""
+    if bump:
+        values = {**values, bump: where[bump] + 1}
+    sql = _update(model, connection.vendor, tuple(values), tuple(where))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, _params(model, values) + _params(model, where))
+        return cursor.rowcount
+
+
+@functools.cache
+def _insert(model: type[models.Model], vendor: str, columns: tuple[str, ...]) -> str:
+    fields = _fields(model, columns)
+    returning = ""
+    if model._meta.pk is not None and model._meta.pk.attname not in columns:
+        returning = f" RETURNING {_qn(model._meta.pk.column)}"
+    return "INSERT INTO {} ({}) VALUES ({}){}".format(
+        _qn(model._meta.db_table),
+        ", ".join(_qn(f.column) for f in fields),
+        ", ".join(["%s"] * len(fields)),
+        returning,
+    )
+
+
+def insert(model: type[models.Model], values: dict[str, Any]) -> Any:
+    """Inserts one row; returns its new primary key when the database made it."""
+    sql = _insert(model, connection.vendor, tuple(values))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, _params(model, values))
+        if sql.endswith(")"):
+            return values.get(model._meta.pk.attname) if model._meta.pk else None
+        return cursor.fetchone()[0]
+
+
+def insert_instance(instance: models.Model) -> None:
+    """Saves a new, unsaved instance with one INSERT (no signals: the hot path's
+    models have no receivers), and gives it the primary key the database chose."""
+    model = type(instance)
+    pk = model._meta.pk
+    values = {
+        f.attname: f.pre_save(instance, add=True)
+        for f in model._meta.concrete_fields
+        if not (f is pk and getattr(instance, f.attname) is None)
+    }
+    new_pk = insert(model, values)
+    if pk is not None and getattr(instance, pk.attname) is None:
+        setattr(instance, pk.attname, new_pk)
+    instance._state.adding = False
+    instance._state.db = connection.alias
