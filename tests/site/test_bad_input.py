@@ -482,3 +482,41 @@ def test_an_unknown_format_query_parameter_is_ignored_not_a_500(planner, ledger,
         assert response.status_code == 200, (path, response.content[:200])
         assert response["Content-Type"].startswith("application/json")
         json.loads(response.content)
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_form_and_multipart_bodies_reach_the_api_as_raw_bytes_and_are_refused_in_json(
+    live_server_url, make_key
+):
+    """Daphne no longer lets Twisted parse form bodies (zerolock_site/twisted_forms.py):
+    they still arrive whole at the API, which answers in its own envelope."""
+    key = make_key("shard:create")
+    bodies = [
+        ("application/x-www-form-urlencoded", b"id=formed&type=decision"),
+        (
+            "multipart/form-data; boundary=xyz",
+            b'--xyz\r\nContent-Disposition: form-data; name="id"\r\n\r\nformed\r\n--xyz--\r\n',
+        ),
+        ("text/plain; charset=utf-8", b'{"id": "formed"}'),
+    ]
+    for content_type, body in bodies:
+        response = httpx.post(
+            f"{live_server_url}/api/shards",
+            content=body,
+            headers={"X-API-Key": key, "X-Agent-Id": "former", "Content-Type": content_type},
+            timeout=5,
+        )
+        assert response.status_code == 415, (content_type, response.status_code, response.text)
+        assert response.json()["error"]["code"], response.text
+    created = httpx.post(
+        f"{live_server_url}/api/shards",
+        json={"id": "formed", "type": "decision", "initial_value": {"ok": True}},
+        headers={
+            "X-API-Key": key,
+            "X-Agent-Id": "former",
+            "Content-Type": "application/json; charset=utf-8",
+        },
+        timeout=5,
+    )
+    assert created.status_code == 201, created.text
