@@ -113,10 +113,12 @@ def audited_transaction() -> Iterator[AuditWriter]:
                 raise
         return
     with sqlite_writer_queue(), transaction.atomic():
-        head = AuditHead.objects.select_for_update().filter(pk=1).first()
-        if head is None:
+        row = hotsql.select_one(AuditHead, ("last_hash",), for_update=True, id=1)
+        if row is None:
             AuditHead.objects.get_or_create(pk=1, defaults={"last_hash": GENESIS_HASH})
-            head = AuditHead.objects.select_for_update().get(pk=1)
+            row = hotsql.select_one(AuditHead, ("last_hash",), for_update=True, id=1)
+            assert row is not None
+        head = AuditHead(pk=1, last_hash=row["last_hash"])
         locked_hash = head.last_hash
         writer = AuditWriter(head)
         connection.zerolock_audit = writer  # type: ignore[attr-defined]

@@ -34,7 +34,11 @@ def _fields(model: type[models.Model], names: Iterable[str]) -> list[models.Fiel
 
 @functools.cache
 def _select(
-    model: type[models.Model], vendor: str, columns: tuple[str, ...], where: tuple[str, ...]
+    model: type[models.Model],
+    vendor: str,
+    columns: tuple[str, ...],
+    where: tuple[str, ...],
+    for_update: bool,
 ) -> tuple[str, list[tuple[str, Any, list[Any]]]]:
     fields = _fields(model, columns)
     sql = "SELECT {} FROM {} WHERE {}".format(
@@ -42,6 +46,8 @@ def _select(
         _qn(model._meta.db_table),
         " AND ".join(f"{_qn(f.column)} = %s" for f in _fields(model, where)),
     )
+    if for_update and connection.features.has_select_for_update:
+        sql += " FOR UPDATE"
     # What the ORM's compiler would apply to each column on the way out (a
     # SQLite datetime string becomes a datetime, JSON text becomes Python, ...).
     converters = []
@@ -60,11 +66,12 @@ def _params(model: type[models.Model], values: dict[str, Any]) -> list[Any]:
 
 
 def select_one(
-    model: type[models.Model], columns: Sequence[str], **where: Any
+    model: type[models.Model], columns: Sequence[str], *, for_update: bool = False, **where: Any
 ) -> dict[str, Any] | None:
     """One row's ``columns`` (by attribute name) where every ``where`` column
-    equals its value, or None."""
-    sql, converters = _select(model, connection.vendor, tuple(columns), tuple(where))
+    equals its value, or None. ``for_update`` locks the row where the database
+    can (SQLite's IMMEDIATE transaction already holds the whole file)."""
+    sql, converters = _select(model, connection.vendor, tuple(columns), tuple(where), for_update)
     with connection.cursor() as cursor:
         cursor.execute(sql, _params(model, where))
         row = cursor.fetchone()
@@ -114,27 +121,25 @@ def update_where(
 
 
 @functools.cache
-def _insert(model: type[models.Model], vendor: str, columns: tuple[str, ...]) -> str:
+def _insert(model: type[models.Model], vendor: str, columns: tuple[str, ...]) -> tuple[str, bool]:
+    """The INSERT, and whether it returns the primary key the database chose."""
     fields = _fields(model, columns)
-    returning = ""
-    if model._meta.pk is not None and model._meta.pk.attname not in columns:
-        returning = f" RETURNING {_qn(model._meta.pk.column)}"
+    pk = model._meta.pk
+    returns = pk is not None and pk.attname not in columns
     return "INSERT INTO {} ({}) VALUES ({}){}".format(
         _qn(model._meta.db_table),
         ", ".join(_qn(f.column) for f in fields),
         ", ".join(["%s"] * len(fields)),
-        returning,
-    )
+        f" RETURNING {_qn(pk.column)}" if pk is not None and returns else "",
+    ), returns
 
 
 def insert(model: type[models.Model], values: dict[str, Any]) -> Any:
     """Inserts one row; returns its new primary key when the database made it."""
-    sql = _insert(model, connection.vendor, tuple(values))
+    sql, returns = _insert(model, connection.vendor, tuple(values))
     with connection.cursor() as cursor:
         cursor.execute(sql, _params(model, values))
-        if sql.endswith(")"):
-            return values.get(model._meta.pk.attname) if model._meta.pk else None
-        return cursor.fetchone()[0]
+        return cursor.fetchone()[0] if returns else None
 
 
 def insert_instance(instance: models.Model) -> None:
