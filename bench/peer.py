@@ -576,7 +576,9 @@ def running_etcd(keep_data: bool, client_kind: str) -> Iterator[Etcd]:
 
 
 @contextlib.contextmanager
-def running_zerolock(db: str, keep_data: bool, client_kind: str) -> Iterator[ZeroLock]:
+def running_zerolock(
+    db: str, keep_data: bool, client_kind: str, web_server: str = "daphne"
+) -> Iterator[ZeroLock]:
     if db == "postgres":
         import redis  # a dependency of ZeroLock's own
 
@@ -587,7 +589,7 @@ def running_zerolock(db: str, keep_data: bool, client_kind: str) -> Iterator[Zer
         keep_data,
         pg_db=PG_DB,
         redis_url=REDIS_URL,
-        extra_env={"ZEROLOCK_BENCH_FLOOR": "true"},
+        extra_env={"ZEROLOCK_BENCH_FLOOR": "true", "ZEROLOCK_SERVER": web_server},
     ) as server:
         yield ZeroLock(server.url, server.proc.pid, server.api_key, client_kind)
 
@@ -617,9 +619,9 @@ class Watch:
         sizes = [(rss_mb(p), p) for p in pids]
         total = sum(s for s, _ in sizes)
         self.peak_pss = max(self.peak_pss, sum(pss_mb(p) for p in pids))
-        # The web server alone: Daphne (bin/serve's worker and beat are the rest);
-        # etcd is one process.
-        web = sum(s for s, p in sizes if "daphne" in cmdline(p)) or total
+        # The web server alone: Daphne or uvicorn (bin/serve's worker and beat are
+        # the rest); etcd is one process.
+        web = sum(s for s, p in sizes if any(w in cmdline(p) for w in WEB_SERVERS)) or total
         self.peak_total = max(self.peak_total, total)
         self.peak_web = max(self.peak_web, web)
 
@@ -1132,7 +1134,7 @@ def run_config(db: str, args: argparse.Namespace, stamp: str) -> list[dict[str, 
     rows: list[dict[str, Any]] = []
     with (
         running_etcd(args.keep_data, args.client) as etcd,
-        running_zerolock(db, args.keep_data, args.client) as zl,
+        running_zerolock(db, args.keep_data, args.client, args.server) as zl,
     ):
         peers: list[Peer] = [etcd, zl]
         with zl.client("probe") as c:
@@ -1183,6 +1185,7 @@ def run_config(db: str, args: argparse.Namespace, stamp: str) -> list[dict[str, 
     return rows
 
 
+WEB_SERVERS = ("daphne", "uvicorn")
 WORKLOADS = ("mixed", "get", "floor", "commits", "claims", "appends")
 
 
@@ -1211,6 +1214,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="httpx",
         help="the agents' HTTP client, the same for both peers (see Client)",
     )
+    parser.add_argument(
+        "--server",
+        choices=WEB_SERVERS,
+        default="daphne",
+        help="ZeroLock's web server (bin/serve's ZEROLOCK_SERVER)",
+    )
     parser.add_argument("--keep-data", action="store_true", help="keep data dirs and server logs")
     return parser.parse_args(argv)
 
@@ -1236,14 +1245,14 @@ def main(argv: list[str] | None = None) -> int:
         load_after = os.getloadavg()
         lines = summary(rows, args)
         print(
-            f"\n### {db} ({stamp}, {args.seconds:g} s per timed workload, client {args.client}, "
+            f"\n### {db} ({stamp}, {args.seconds:g} s per timed workload, client {args.client}, server {args.server}, "
             f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after)\n"
         )
         print(summary_markdown(lines))
         print()
         print(cpu_markdown(rows))
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        path = RESULTS_DIR / f"peer-{db}-{stamp}.json"
+        path = RESULTS_DIR / f"peer-{db}-{args.server}-{stamp}.json"
         document = {
             "config": db,
             "stamp": stamp,

@@ -113,6 +113,25 @@ def server_command(server: str, port: int) -> list[str]:
             str(port),
             "zerolock_site.asgi:application",
         ]
+    if server.startswith("uvicorn"):
+        # uvicorn on httptools + uvloop: the faster HTTP stack issue 13 asks to
+        # weigh against Daphne's; "uvicorn2" runs two worker processes.
+        workers = server.removeprefix("uvicorn") or "1"
+        return [
+            str(VENV_BIN / "uvicorn"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--http",
+            "httptools",
+            "--loop",
+            "uvloop",
+            "--no-access-log",
+            "--workers",
+            workers,
+            "zerolock_site.asgi:application",
+        ]
     return [
         str(VENV_BIN / "gunicorn"),
         "-k",

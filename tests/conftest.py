@@ -3,7 +3,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from access.services import api_key_create
+from zerolock_site.supervisor import web_command
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,21 +70,13 @@ def _free_port() -> int:
 
 
 def start_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    """Starts Daphne on a free port with this environment; returns it and its URL."""
+    """Starts the web server bin/serve would (Daphne unless ZEROLOCK_SERVER says
+    otherwise) on a free port with this environment; returns it and its URL."""
     port = _free_port()
     log_path = Path(settings.DATA_DIR) / f"live-server-{port}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "zerolock_site.asgi:application",
-            ],
+            web_command(env, "127.0.0.1", str(port)),
             cwd=ROOT,
             env=env,
             stdout=log,
