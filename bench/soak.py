@@ -160,6 +160,9 @@ class Ledger:
     first_errors: dict[str, str] = field(default_factory=dict)
     invalidations: int = 0
     server_gone: float | None = None  # when bin/serve exited during the run
+    # --array-cap: an array with this many acknowledged items takes no more, so
+    # the data stops growing and what memory still does is the server's own.
+    array_cap: int = 0
 
     def error(self, kind: str, detail: str) -> None:
         self.errors[kind] += 1
@@ -177,12 +180,13 @@ async def agent(
         seq += 1
         roll = rng.random()
         try:
-            if roll < 0.55:
+            shard = f"soak-a-{rng.randrange(ADDITIVE_SHARDS)}"
+            full = led.array_cap and len(led.appends.get(shard, ())) >= led.array_cap
+            if roll < 0.55 or (full and roll < 0.95):
                 await decision_step(
                     client, headers, f"soak-d-{rng.randrange(DECISION_SHARDS)}", name, seq, led
                 )
             elif roll < 0.95:
-                shard = f"soak-a-{rng.randrange(ADDITIVE_SHARDS)}"
                 item = f"{name}-{seq}"
                 r = await client.post(
                     f"/api/shards/{shard}/commit", json={"append": [item]}, headers=headers
@@ -338,7 +342,7 @@ async def killer(serve: Serve, at: list[float], kills: list[dict], led: Ledger) 
 
 
 async def drive(serve: Serve, key: str, approver_key: str, args, kills: list[dict]) -> dict:
-    led, samples = Ledger(), []
+    led, samples = Ledger(array_cap=args.array_cap), []
     start = time.monotonic()
     stop = start + args.duration
     limits = httpx.Limits(max_connections=args.agents + 10)
@@ -453,6 +457,13 @@ def main() -> int:
     parser.add_argument("--subscribers", type=int, default=10)
     parser.add_argument("--kills", type=int, default=2, help="kill -9 of the worker, evenly spaced")
     parser.add_argument("--sample-every", type=float, default=5.0)
+    parser.add_argument(
+        "--array-cap",
+        type=int,
+        default=0,
+        help="items per additive array before its appends turn into decision commits "
+        "(0: no cap); tells the growth of the data from the server's own",
+    )
     parser.add_argument("--keep-data", action="store_true")
     args = parser.parse_args()
 
@@ -505,6 +516,7 @@ def main() -> int:
         "at": datetime.now(UTC).isoformat(),
         "db": db,
         "agents": args.agents,
+        "array_cap": args.array_cap,
         "subscribers": args.subscribers,
         "duration_s": round(run["seconds"], 1),
         "counts": dict(led.counts),
