@@ -56,11 +56,16 @@ async def honest(url: str, key: str, agents: int, stop: asyncio.Event) -> int:
 
 
 async def flood(
-    ws_url: str, count: int, concurrency: int, key: str = "zl_deadbeef.wrong"
+    ws_url: str, count: int, concurrency: int, key: str = "zl_deadbeef.wrong", rate: float = 0
 ) -> Counter:
+    """``count`` handshakes, at most ``concurrency`` at once; ``rate`` > 0 paces
+    their starts at that many a second (0: as fast as the client can)."""
     gate = asyncio.Semaphore(concurrency)
+    t0 = time.monotonic()
 
-    async def one() -> str:
+    async def one(i: int) -> str:
+        if rate:
+            await asyncio.sleep(max(0.0, t0 + i / rate - time.monotonic()))
         async with gate:
             try:
                 async with websockets.connect(
@@ -79,14 +84,14 @@ async def flood(
             except (websockets.InvalidMessage, OSError):
                 return "dropped"
 
-    return Counter(await asyncio.gather(*(one() for _ in range(count))))
+    return Counter(await asyncio.gather(*(one(i) for i in range(count))))
 
 
-def run_flood_process(url: str, count: int, key: str) -> str:
+def run_flood_process(url: str, count: int, key: str, rate: float = 0) -> str:
     code = (
         "import asyncio, sys; sys.path.insert(0, 'bench'); import handshake_flood as h; "
         f"print(dict(asyncio.run(h.flood({url.replace('http', 'ws') + '/ws/agents/'!r}, "
-        f"{count}, 50, {key!r}))))"
+        f"{count}, 50, {key!r}, {rate!r}))))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],
@@ -108,7 +113,7 @@ async def measure(
         # In its own process: a flood client in this loop would starve the honest
         # agents here and measure the client, not the server.
         outcomes = await asyncio.to_thread(
-            run_flood_process, url, args.count, flood_key or "zl_deadbeef.wrong"
+            run_flood_process, url, args.count, flood_key or "zl_deadbeef.wrong", args.rate
         )
         log(f"  flood outcomes {outcomes}")
     else:
@@ -149,10 +154,18 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=5.0, help="length of a run alone")
     parser.add_argument("--no-limit", action="store_true", help="never throttle failures")
+    parser.add_argument("--server", default="daphne", choices=("daphne", "uvicorn"))
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0,
+        help="handshakes started per second (0: as fast as the flood client can; the "
+        "finding was 300/s)",
+    )
     args = parser.parse_args()
     if args.no_limit:
         os.environ["ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE"] = "100000000"
-    with running_server("daphne", args.db, keep_data=False) as server:
+    with running_server(args.server, args.db, keep_data=False) as server:
         asyncio.run(main_async(server.url, server.api_key, args))
     return 0
 
