@@ -97,11 +97,21 @@ def instance_by_pk(model: type[M], pk: Any, *, exclude: Sequence[str] = ()) -> M
 
 @functools.cache
 def _update(
-    model: type[models.Model], vendor: str, columns: tuple[str, ...], where: tuple[str, ...]
+    model: type[models.Model],
+    vendor: str,
+    columns: tuple[str, ...],
+    bump: str,
+    where: tuple[str, ...],
 ) -> str:
+    sets = [f"{_qn(f.column)} = %s" for f in _fields(model, columns)]
+    if bump:
+        # Counted by the database, as F() + 1 would be: a parameter of
+        # ``where[bump] + 1`` could pass 64 bits before the WHERE refused the row.
+        column = _qn(model._meta.get_field(bump).column)  # type: ignore[union-attr]
+        sets.append(f"{column} = {column} + 1")
     return "UPDATE {} SET {} WHERE {}".format(
         _qn(model._meta.db_table),
-        ", ".join(f"{_qn(f.column)} = %s" for f in _fields(model, columns)),
+        ", ".join(sets),
         " AND ".join(f"{_qn(f.column)} = %s" for f in _fields(model, where)),
     )
 
@@ -110,11 +120,9 @@ def update_where(
     model: type[models.Model], values: dict[str, Any], *, bump: str = "", **where: Any
 ) -> int:
     """``UPDATE ... SET values WHERE where``; ``bump`` names an integer column
-    that is set to ``where[bump] + 1`` (a version counter checked by ``where``).
+    the database adds one to (a version counter the ``where`` checks).
     Returns the number of rows changed."""
-    if bump:
-        values = {**values, bump: where[bump] + 1}
-    sql = _update(model, connection.vendor, tuple(values), tuple(where))
+    sql = _update(model, connection.vendor, tuple(values), bump, tuple(where))
     with connection.cursor() as cursor:
         cursor.execute(sql, _params(model, values) + _params(model, where))
         return cursor.rowcount

@@ -93,3 +93,13 @@ def test_inserts_return_the_new_key_and_store_json_and_bytes_exactly(ledger):
     stored = AuditEntry.objects.get(pk=entry.pk)
     assert stored.value == {"n": 2**53 + 1} and stored.created_at == entry.created_at
     assert not entry._state.adding
+
+
+def test_a_version_check_at_the_top_of_64_bits_touches_nothing_and_does_not_overflow(ledger):
+    """The counter is bumped by the database (version + 1), never sent as a
+    parameter that could pass 64 bits before the WHERE refuses the row."""
+    touched = hotsql.update_where(
+        Shard, {"value": 0}, bump="version", id=ledger.id, version=2**63 - 1,
+        incarnation=ledger.incarnation,
+    )  # fmt: skip
+    assert touched == 0
