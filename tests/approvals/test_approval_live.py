@@ -158,8 +158,15 @@ def test_a_real_celery_worker_expires_a_ten_second_approval_on_time(tmp_path):
             time.sleep(0.25)
         marked_at = timezone.now()
     finally:
+        # What is tested is the expiry, not Celery's warm shutdown: that can take
+        # 30 s restoring an unacknowledged message to the Redis broker (seen
+        # under load), and bin/serve's supervisor bounds it with SIGKILL.
         worker.terminate()
-        worker.wait(timeout=20)
+        try:
+            worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(timeout=10)
     assert approval.status == "expired", log.read_text()[-3000:]
     lateness = (approval.decided_at - approval.expires_at).total_seconds()
     assert 0 <= lateness <= 5, lateness
