@@ -15,7 +15,7 @@ them. Only plain column equality is offered: anything richer belongs in the ORM.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from django.db import connection, models
@@ -28,8 +28,13 @@ def _qn(name: str | None) -> str:
     return connection.ops.quote_name(name)
 
 
-def _fields(model: type[models.Model], names: Iterable[str]) -> list[models.Field]:
+@functools.cache
+def _fields(model: type[models.Model], names: tuple[str, ...]) -> list[models.Field]:
     return [model._meta.get_field(name) for name in names]  # type: ignore[misc]
+
+
+def _where(model: type[models.Model], names: tuple[str, ...]) -> str:
+    return " AND ".join(f"{_qn(f.column)} = %s" for f in _fields(model, names))
 
 
 @functools.cache
@@ -42,9 +47,7 @@ def _select(
 ) -> tuple[str, list[tuple[str, Any, list[Any]]]]:
     fields = _fields(model, columns)
     sql = "SELECT {} FROM {} WHERE {}".format(
-        ", ".join(_qn(f.column) for f in fields),
-        _qn(model._meta.db_table),
-        " AND ".join(f"{_qn(f.column)} = %s" for f in _fields(model, where)),
+        ", ".join(_qn(f.column) for f in fields), _qn(model._meta.db_table), _where(model, where)
     )
     if for_update and connection.features.has_select_for_update:
         sql += " FOR UPDATE"
@@ -61,7 +64,7 @@ def _select(
 def _params(model: type[models.Model], values: dict[str, Any]) -> list[Any]:
     return [
         f.get_db_prep_save(values[name], connection)
-        for name, f in zip(values, _fields(model, values), strict=True)
+        for name, f in zip(values, _fields(model, tuple(values)), strict=True)
     ]
 
 
@@ -110,9 +113,7 @@ def _update(
         column = _qn(model._meta.get_field(bump).column)  # type: ignore[union-attr]
         sets.append(f"{column} = {column} + 1")
     return "UPDATE {} SET {} WHERE {}".format(
-        _qn(model._meta.db_table),
-        ", ".join(sets),
-        " AND ".join(f"{_qn(f.column)} = %s" for f in _fields(model, where)),
+        _qn(model._meta.db_table), ", ".join(sets), _where(model, where)
     )
 
 
@@ -138,7 +139,7 @@ def _insert(model: type[models.Model], vendor: str, columns: tuple[str, ...]) ->
         _qn(model._meta.db_table),
         ", ".join(_qn(f.column) for f in fields),
         ", ".join(["%s"] * len(fields)),
-        f" RETURNING {_qn(pk.column)}" if pk is not None and returns else "",
+        f" RETURNING {_qn(pk.column)}" if returns else "",
     ), returns
 
 
