@@ -17,6 +17,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from access.auth import key_rate_hit, request_key
 from access.models import ApiKey
 from access.ratelimit import RateState, rate_limit_hit, rate_limited_error
+from common.paths import is_api_path
 
 
 def rate_limited_response(state: RateState, who: str) -> JsonResponse:
@@ -45,7 +46,7 @@ class RateLimitMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if not request.path.startswith("/api/"):
+        if not is_api_path(request.path):
             return self.get_response(request)
         state, who = request_rate_hit(request)
         if not state.allowed:

@@ -17,6 +17,8 @@ from django.views import defaults
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
 
+from common.paths import is_api_path
+
 logger = logging.getLogger(__name__)
 
 
@@ -128,7 +130,7 @@ class ApiErrorEnvelopeMiddleware:
         return early or self._after(request, self.get_response(request))
 
     def _before(self, request: HttpRequest) -> HttpResponse | None:
-        if not request.path.startswith("/api/"):
+        if not is_api_path(request.path):
             return None
         length = request.META.get("CONTENT_LENGTH") or "0"
         if length.isdigit() and int(length) > settings.ZEROLOCK_MAX_BODY_BYTES:
@@ -136,7 +138,7 @@ class ApiErrorEnvelopeMiddleware:
         return None
 
     def _after(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
-        if not request.path.startswith("/api/"):
+        if not is_api_path(request.path):
             return response
         if response.status_code < 400 or _is_json(response):
             return response
@@ -152,7 +154,7 @@ class ApiErrorEnvelopeMiddleware:
         return replacement
 
     def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
-        if not request.path.startswith("/api/"):
+        if not is_api_path(request.path):
             return None
         if isinstance(exc, RequestDataTooBig):
             return JsonResponse(too_large_envelope(), status=413)
@@ -169,7 +171,7 @@ def _is_json(response: HttpResponse) -> bool:
 # host, a crash in the session or CSRF layer), where the middleware never runs.
 def _api_or(default: Any, status: int) -> Any:
     def handler(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-        if request.path.startswith("/api/"):
+        if is_api_path(request.path):
             if status == 500:
                 return JsonResponse(internal_error().envelope(), status=500)
             code = _STATUS_CODES[status]

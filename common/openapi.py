@@ -13,6 +13,8 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
+from common.paths import is_api_path
+
 
 class ErrorBodySerializer(serializers.Serializer):
     code = serializers.CharField(help_text="Contract code, e.g. STALE_VERSION.")
@@ -62,7 +64,7 @@ def add_error_responses(
     schemas.setdefault("ErrorEnvelope", _ENVELOPE)
     ref = {"$ref": "#/components/schemas/ErrorEnvelope"}
     for path, item in result.get("paths", {}).items():
-        if not path.startswith("/api/"):
+        if not is_api_path(path):
             continue
         for method, operation in item.items():
             if method not in {"get", "post", "put", "patch", "delete"}:

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from common.db import sqlite_writer_queue
 from common.errors import envelope
+from common.paths import is_api_path
 from coordination.models import IdempotencyRecord
 
 TTL = timedelta(hours=24)
@@ -42,11 +43,7 @@ class IdempotencyMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         key = request.headers.get("Idempotency-Key")
-        if (
-            key is None
-            or request.method not in WRITE_METHODS
-            or not request.path.startswith("/api/")
-        ):
+        if key is None or request.method not in WRITE_METHODS or not is_api_path(request.path):
             return self.get_response(request)
         if not key or len(key) > MAX_KEY:
             return _error(

@@ -80,20 +80,20 @@ INSTALLED_APPS = [
     "supervision",
 ]
 
-# Order matters for speed under ASGI: the innermost middleware is sync-only, so
-# every MiddlewareMixin above it runs in sync mode and the whole chain costs one
-# thread hop per request instead of one per middleware hook (measured: 75 -> see
-# README req/s on Daphne).
+# HTTP requests run as WSGI on the bridge's thread pool (zerolock_site/asgi.py), so
+# the whole chain is synchronous: no thread hop per middleware hook.
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "csp.middleware.CSPMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    "zerolock_site.page_middleware.CSPMiddleware",
+    # Page-only (zerolock_site/page_middleware.py): skipped for the API, whose
+    # callers send keys, not cookies.
+    "zerolock_site.page_middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "zerolock_site.page_middleware.CsrfViewMiddleware",
+    "zerolock_site.page_middleware.AuthenticationMiddleware",
+    "zerolock_site.page_middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django_htmx.middleware.HtmxMiddleware",
+    "zerolock_site.page_middleware.HtmxMiddleware",
     "common.errors.ApiErrorEnvelopeMiddleware",
     "access.middleware.RateLimitMiddleware",
     "coordination.idempotency.IdempotencyMiddleware",

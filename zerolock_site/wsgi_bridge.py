@@ -25,6 +25,7 @@ from asgiref.wsgi import WsgiToAsgiInstance
 from django.conf import settings
 
 from common.errors import envelope, internal_error, too_large_envelope
+from common.paths import is_api_path
 from realtime import push
 
 logger = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ class PooledWsgiToAsgi:
             return self._run(scope, body)
         except Exception:
             logger.exception("Unhandled error in the WSGI bridge on %s", scope.get("path"))
-            if scope.get("path", "").startswith("/api/"):
+            if is_api_path(scope.get("path", "")):
                 return _json(500, internal_error().envelope())
             return _plain(500, b"Internal Server Error")
         finally:
@@ -132,7 +133,7 @@ class PooledWsgiToAsgi:
         try:
             environ = instance.build_environ(scope, body)
         except ValueError:
-            if scope.get("path", "").startswith("/api/"):
+            if is_api_path(scope.get("path", "")):
                 return _json(400, envelope("BAD_REQUEST", "Too many duplicate headers."))
             return _plain(400, b"Bad Request: too many duplicate headers")
         result = self.wsgi_application(environ, instance.start_response)
