@@ -50,7 +50,7 @@ CLOSE_RATE_LIMITED = 4429
 CLOSE_NOT_ALLOWED = 4403
 
 
-class AgentConsumer(AsyncJsonWebsocketConsumer):
+class AgentConsumer(push.BatchedPushes, AsyncJsonWebsocketConsumer):
     key = None
     watcher: asyncio.Task | None = None
     watch_prefix: str | None = None
@@ -290,14 +290,15 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.pending: dict[str, dict[str, Any]] = {}
         self.flusher: asyncio.Task | None = None
         ensure_sweeping()
-        await self.channel_layer.group_add(push.LIVE_GROUP, self.channel_name)
+        await fanout.ensure_listening()
+        fanout.add_live(self)
         self.joined = True
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         if self.joined:
             sweeping_release()
-            await self.channel_layer.group_discard(push.LIVE_GROUP, self.channel_name)
+            fanout.discard_live(self)
             if self.flusher is not None:
                 self.flusher.cancel()
 

@@ -1,12 +1,13 @@
-"""Per-process delivery of invalidations to subscribed /ws/agents/ sockets.
+"""Per-process delivery of pushes to this process's sockets.
 
-Each server process joins one channel-layer group (``push.INVALIDATE_GROUP``) with
-one channel of its own, once, and keeps a local map of shard id -> sockets. A
-subscribe is then a dict insert per id, with no channel-layer call at all:
-joining one group per subscribed id cost a Redis round trip (two, in fact) per
-id, and 20 x 1,000 ids on one socket took 41 s while health waited seconds.
-A commit costs one message per server process instead of one per subscriber
-socket (the socket sends are counted as before).
+Each server process joins one channel-layer group (``push.PROCESS_GROUP``) with
+one channel of its own, once, and keeps local maps: shard id -> subscribed
+/ws/agents/ sockets, and the open /ws/live/ pages. A subscribe is then a dict
+insert per id, with no channel-layer call at all: joining one group per
+subscribed id cost a Redis round trip (two, in fact) per id, and 20 x 1,000 ids
+on one socket took 41 s while health waited seconds. A commit costs one message
+per server process, which serves both its subscribers and its live pages,
+instead of one per subscriber socket (the socket sends are counted as before).
 """
 
 from __future__ import annotations
@@ -28,9 +29,14 @@ class Subscriber(Protocol):
     async def shard_invalidate(self, event: dict[str, Any]) -> None: ...
 
 
+class LivePage(Protocol):
+    async def live_event(self, event: dict[str, Any]) -> None: ...
+
+
 class Fanout:
     def __init__(self) -> None:
         self._by_shard: dict[str, set[Subscriber]] = {}
+        self._live: set[LivePage] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self._ready: asyncio.Future | None = None
@@ -52,6 +58,7 @@ class Fanout:
             self._task.cancel()  # the closing loop would cancel it too; sooner is kinder
         self._task = self._loop = self._ready = None
         self._by_shard.clear()
+        self._live.clear()
 
     def add(self, subscriber: Subscriber, shard_ids: set[str]) -> None:
         for shard_id in shard_ids:
@@ -65,17 +72,20 @@ class Fanout:
                 if not held:
                     del self._by_shard[shard_id]
 
+    def add_live(self, page: LivePage) -> None:
+        self._live.add(page)
+
+    def discard_live(self, page: LivePage) -> None:
+        self._live.discard(page)
+
     def subscribers(self, shard_id: str) -> int:
         return len(self._by_shard.get(shard_id, ()))
 
     async def _listen(self, ready: asyncio.Future) -> None:
-        layer = get_channel_layer()
+        layer = get_channel_layer(push.PROCESS_LAYER)
         try:
-            # The default prefix: channels_redis polls one process-local list per
-            # layer, and a channel under another prefix waits its turn behind the
-            # consumers' (seconds).
             channel = await layer.new_channel()
-            await layer.group_add(push.INVALIDATE_GROUP, channel)
+            await layer.group_add(push.PROCESS_GROUP, channel)
         except Exception as exc:
             ready.set_exception(exc)
             raise
@@ -96,18 +106,34 @@ class Fanout:
             rejoin.cancel()
 
     async def _dispatch(self, event: dict[str, Any]) -> None:
+        if event.get("type") == push.BATCH_TYPE:
+            for message in event["messages"]:
+                await self._dispatch(message)
+            return
+        if event.get("type") == "live.event":
+            await self._to_live_pages(event)
+            return
         for subscriber in list(self._by_shard.get(event.get("shard_id", ""), ())):
             try:
                 await subscriber.shard_invalidate(event)
             except Exception:  # one closed socket must not stop the others' pushes
                 logger.exception("invalidate push failed")
+        if self._live and not event.get("deleted"):
+            await self._to_live_pages({"type": "live.event", "message": push.live_shard(event)})
+
+    async def _to_live_pages(self, event: dict[str, Any]) -> None:
+        for page in list(self._live):
+            try:
+                await page.live_event(event)
+            except Exception:
+                logger.exception("live push failed")
 
     @staticmethod
     async def _rejoin(layer: Any, channel: str) -> None:
         while True:
             await asyncio.sleep(REJOIN_SECONDS)
             try:
-                await layer.group_add(push.INVALIDATE_GROUP, channel)
+                await layer.group_add(push.PROCESS_GROUP, channel)
             except Exception:
                 logger.exception("could not rejoin the invalidation group")
 

@@ -15,7 +15,6 @@ import hashlib
 import logging
 import os
 import threading
-from concurrent.futures import Future
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -27,8 +26,6 @@ from metrics import record
 
 logger = logging.getLogger(__name__)
 _loop: asyncio.AbstractEventLoop | None = None
-# The live pages (console, dashboards) all listen on this one group.
-LIVE_GROUP = "live"
 
 
 def bind_loop() -> None:
@@ -43,28 +40,126 @@ def group_name(kind: str, shard_id: str) -> str:
 
 
 def group_send(group: str, message: dict[str, Any]) -> None:
-    layer = get_channel_layer()
-    if layer is None:
+    """Queues ``message`` for ``group`` on this process's outbox (see Outbox)."""
+    if get_channel_layer() is None:
         return
     loop = _loop
-    if loop is not None and loop.is_running():
+    if loop is None or not loop.is_running():
+        # No server loop here (a management command, a Celery worker, a test): a
+        # private loop thread. ``async_to_sync`` per push made a new event loop, and
+        # with Redis a new connection, every time: 10 ms a push, measured.
+        loop = _private_loop()
+    _outbox(loop).put(group, message)
+
+
+# A batch of messages for one group travels as one channel-layer message of this
+# type; every receiver of pushes handles it (BatchedPushes, realtime.fanout).
+BATCH_TYPE = "push.batch"
+# Bounds one channel-layer message (channels_redis and the in-memory layer keep
+# whole messages in memory; Redis caps a value at 512 MB).
+BATCH_MAX = 200
+
+
+class Outbox:
+    """Per event loop, one sender task that drains every queued push.
+
+    With Redis, ``group_send`` costs several round trips and a msgpack encoding,
+    and one task per push paid them for every change: 17.8 % of the web process's
+    CPU on commits (bench/profile.py commit --db postgres --gil). One sender
+    sends what queued up while its previous send was in flight as one message
+    per group, so under load the cost is shared by a batch, and at rest a push
+    leaves at once, as before. Order per group is kept: batches leave one after
+    another, and a batch keeps its messages in the order they were queued."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._pending: list[tuple[str, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+        self._sending = False
+
+    def put(self, group: str, message: dict[str, Any]) -> None:
+        with self._lock:
+            self._pending.append((group, message))
+            if self._sending:
+                return
+            self._sending = True
         try:
-            running = asyncio.get_running_loop()
+            on_loop = asyncio.get_running_loop() is self.loop
         except RuntimeError:
-            running = None
-        if running is loop:
-            loop.create_task(layer.group_send(group, message))
+            on_loop = False
+        if on_loop:
+            self._start()
         else:
-            asyncio.run_coroutine_threadsafe(
-                layer.group_send(group, message), loop
-            ).add_done_callback(_log_failure)
-        return
-    # No server loop here (a management command, a Celery worker, a test): a
-    # private loop thread. ``async_to_sync`` per push made a new event loop, and
-    # with Redis a new connection, every time: 10 ms a push, measured.
-    asyncio.run_coroutine_threadsafe(
-        layer.group_send(group, message), _private_loop()
-    ).add_done_callback(_log_failure)
+            self.loop.call_soon_threadsafe(self._start)
+
+    def _start(self) -> None:
+        self.loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    queued, self._pending = self._pending, []
+                    if not queued:
+                        self._sending = False
+                        return
+                # Groups in parallel; one group's batches one after another.
+                sends = [_send_in_order(g, messages) for g, messages in batched(queued)]
+                for outcome in await asyncio.gather(*sends, return_exceptions=True):
+                    if isinstance(outcome, Exception):
+                        logger.error("push failed", exc_info=outcome)
+        except BaseException:
+            with self._lock:  # cancelled with its loop: a later loop starts afresh
+                self._sending = False
+            raise
+
+
+def batched(queued: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Per group, in the order the groups were first named, the channel-layer
+    messages to send one after another: a single message goes as itself, more go
+    as BATCH_TYPE messages of at most BATCH_MAX."""
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for group, message in queued:
+        by_group.setdefault(group, []).append(message)
+    out = []
+    for group, messages in by_group.items():
+        chunks = [messages[i : i + BATCH_MAX] for i in range(0, len(messages), BATCH_MAX)]
+        out.append(
+            (group, [c[0] if len(c) == 1 else {"type": BATCH_TYPE, "messages": c} for c in chunks])
+        )
+    return out
+
+
+async def _send_in_order(group: str, messages: list[dict[str, Any]]) -> None:
+    layer = layer_for(group)
+    for message in messages:
+        await layer.group_send(group, message)
+
+
+class BatchedPushes:
+    """Mixed into every consumer that joins a push group: a batch is handled as
+    its messages, one after another."""
+
+    async def push_batch(self, event: dict[str, Any]) -> None:
+        for message in event["messages"]:
+            await self.dispatch(message)  # type: ignore[attr-defined]
+
+
+_outboxes: dict[int, Outbox] = {}
+_outboxes_lock = threading.Lock()
+
+
+def _outbox(loop: asyncio.AbstractEventLoop) -> Outbox:
+    box = _outboxes.get(id(loop))
+    if box is not None and box.loop is loop:
+        return box
+    with _outboxes_lock:
+        for key in [k for k, b in _outboxes.items() if b.loop.is_closed()]:
+            del _outboxes[key]  # each test runs its own loop
+        box = _outboxes.get(id(loop))
+        if box is None or box.loop is not loop:
+            box = _outboxes[id(loop)] = Outbox(loop)
+        return box
 
 
 _private: asyncio.AbstractEventLoop | None = None
@@ -89,11 +184,6 @@ def _start_private() -> None:
     threading.Thread(target=_private.run_forever, name="push-loop", daemon=True).start()
 
 
-def _log_failure(future: Future) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        logger.error("push failed", exc_info=future.exception())
-
-
 def crdt_update_push(*, shard_id: str, update: bytes, origin: str = "") -> None:
     """A merged update, to the shard's Yjs clients (except the one it came from)."""
     group_send(
@@ -102,28 +192,32 @@ def crdt_update_push(*, shard_id: str, update: bytes, origin: str = "") -> None:
 
 
 def shard_changed(*, shard_id: str, version: int, committed_by: str) -> None:
-    """After an applied change (on commit): invalidate the shard's subscribers
-    (Layer 2), and tell the live pages."""
+    """After an applied change (on commit): one message to every server process,
+    which invalidates the shard's subscribers (Layer 2) and tells its live pages
+    (realtime.fanout)."""
     # What a naive broadcast would have cost: one message to every agent socket.
     record.recorder.count(record.WS_NAIVE, record.connections_total())
     group_send(
-        INVALIDATE_GROUP,
+        PROCESS_GROUP,
         {
             "type": "shard.invalidate",
             "shard_id": shard_id,
             "version": version,
             "committed_by": committed_by,
+            "updated_at": timezone.now().isoformat(),
         },
     )
-    live_send(
-        {
-            "type": "shard",
-            "shard_id": shard_id,
-            "version": version,
-            "updated_by": committed_by,
-            "updated_at": timezone.now().isoformat(),
-        }
-    )
+
+
+def live_shard(invalidate: dict[str, Any]) -> dict[str, Any]:
+    """What the live pages are told of a change, from its invalidation."""
+    return {
+        "type": "shard",
+        "shard_id": invalidate["shard_id"],
+        "version": invalidate["version"],
+        "updated_by": invalidate["committed_by"],
+        "updated_at": invalidate.get("updated_at"),
+    }
 
 
 def shard_deleted(*, shard_id: str, deleted_by: str) -> None:
@@ -132,7 +226,7 @@ def shard_deleted(*, shard_id: str, deleted_by: str) -> None:
     so a shard re-created under this id starts with none of them."""
     group_send(group_name("crdt", shard_id), {"type": "crdt.deleted", "shard_id": shard_id})
     group_send(
-        INVALIDATE_GROUP,
+        PROCESS_GROUP,
         {
             "type": "shard.invalidate",
             "shard_id": shard_id,
@@ -143,14 +237,23 @@ def shard_deleted(*, shard_id: str, deleted_by: str) -> None:
     )
 
 
-# Invalidations go to one group that each server process joins once (realtime.fanout);
-# the process hands them to its own subscribed sockets. Joining a channel-layer
-# group per subscribed id was a Redis round trip per id.
-INVALIDATE_GROUP = "invalidate"
+# Invalidations and live-page events go to one group that each server process
+# joins once (realtime.fanout); the process hands them to its own subscribed
+# sockets and open pages. Joining a channel-layer group per subscribed id was a
+# Redis round trip per id, and a second group for the pages a second message per
+# change.
+PROCESS_GROUP = "processes"
+# Its own channel layer (settings.CHANNEL_LAYERS): Redis pub/sub where Redis is.
+PROCESS_LAYER = "processes"
+
+
+def layer_for(group: str) -> Any:
+    return get_channel_layer(PROCESS_LAYER if group == PROCESS_GROUP else "default")
 
 
 def live_send(message: dict[str, Any]) -> None:
-    group_send(LIVE_GROUP, {"type": "live.event", "message": message})
+    """To every open /ws/live/ page, on every server process."""
+    group_send(PROCESS_GROUP, {"type": "live.event", "message": message})
 
 
 def agent_group(key_prefix: str, agent_id: str) -> str:

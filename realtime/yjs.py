@@ -97,7 +97,7 @@ def stored_doc(shard: Shard) -> Doc:
     return loaded.doc
 
 
-class ShardYjsConsumer(YjsConsumer):
+class ShardYjsConsumer(push.BatchedPushes, YjsConsumer):
     key = None
     shard: Shard | None = None
     agent_id = ""

@@ -211,7 +211,15 @@ if REDIS_URL:
                 "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
                 "capacity": CHANNEL_CAPACITY,
             },
-        }
+        },
+        # What every server process hears (realtime.fanout): one Redis PUBLISH per
+        # batch of pushes. The default layer's group_send cost four commands and a
+        # sorted-set entry per member, and kept writing to the channels of
+        # processes long gone until their membership expired a day later.
+        "processes": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [{"address": REDIS_URL}]},
+        },
     }
     CACHES = {
         "default": {
@@ -222,10 +230,11 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {
-        "default": {
+        alias: {
             "BACKEND": "channels.layers.InMemoryChannelLayer",
             "CONFIG": {"capacity": CHANNEL_CAPACITY},
         }
+        for alias in ("default", "processes")
     }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
