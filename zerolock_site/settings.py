@@ -201,6 +201,8 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 # lost the newest versions in a burst of commits: measured by the live-page test).
 CHANNEL_CAPACITY = int(os.environ.get("ZEROLOCK_CHANNEL_CAPACITY", "5000"))
 if REDIS_URL:
+    from redis.connection import parse_url as _redis_parse_url
+
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -218,7 +220,12 @@ if REDIS_URL:
         # processes long gone until their membership expired a day later.
         "processes": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [{"address": REDIS_URL}]},
+            # Pub/sub channels ignore Redis's database number, which is what keeps
+            # installations sharing one Redis apart everywhere else: name it.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL}],
+                "prefix": f"zerolock-db{_redis_parse_url(REDIS_URL).get('db', 0)}",
+            },
         },
     }
     CACHES = {
