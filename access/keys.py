@@ -14,6 +14,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from common.errors import ApiError
+from common.hotsql import instance_where
 
 from .models import ApiKey
 
@@ -64,7 +65,9 @@ class KeyCache:
         now = time.monotonic()
         if held is not None and now - held[0] < ttl:
             return held[1]
-        key = ApiKey.objects.filter(prefix=prefix).first()
+        # A compiled statement (common.hotsql): every unknown key of a flood and
+        # every cache miss pays this, and the ORM's query building was most of it.
+        key = instance_where(ApiKey, prefix=prefix)
         with self._lock:
             if key is None or ttl <= 0:
                 self._keys.pop(prefix, None)

@@ -104,7 +104,7 @@ def run_flood_process(url: str, count: int, key: str, rate: float = 0) -> str:
 
 
 async def measure(
-    url: str, key: str, *, with_flood: bool, seconds: float, args, flood_key: str = ""
+    url: str, key: str, *, with_flood: bool, seconds: float, args, flood_key: str | None = None
 ) -> float:
     stop = asyncio.Event()
     started = time.monotonic()
@@ -113,7 +113,11 @@ async def measure(
         # In its own process: a flood client in this loop would starve the honest
         # agents here and measure the client, not the server.
         outcomes = await asyncio.to_thread(
-            run_flood_process, url, args.count, flood_key or "zl_deadbeef.wrong", args.rate
+            run_flood_process,
+            url,
+            args.count,
+            "zl_deadbeef.wrong" if flood_key is None else flood_key,
+            args.rate,
         )
         log(f"  flood outcomes {outcomes}")
     else:
@@ -124,7 +128,7 @@ async def measure(
 
 
 async def main_async(url: str, key: str, args) -> None:
-    base, flooded, control = [], [], []
+    base, flooded, control, keyless = [], [], [], []
     for run in range(args.runs):
         flooded.append(await measure(url, key, with_flood=True, seconds=0, args=args))
         base.append(await measure(url, key, with_flood=False, seconds=args.seconds, args=args))
@@ -133,17 +137,22 @@ async def main_async(url: str, key: str, args) -> None:
         control.append(
             await measure(url, key, with_flood=True, seconds=0, args=args, flood_key=key)
         )
+        # Floor: handshakes with no key at all, refused (HTTP 403) before any
+        # database work: what the server stack charges for a connection it refuses.
+        keyless.append(await measure(url, key, with_flood=True, seconds=0, args=args, flood_key=""))
         log(
             f"run {run + 1}: alone {base[-1]:.0f} commits/s, under failed handshakes "
-            f"{flooded[-1]:.0f}, under valid handshakes {control[-1]:.0f}"
+            f"{flooded[-1]:.0f}, under valid handshakes {control[-1]:.0f}, under keyless "
+            f"handshakes {keyless[-1]:.0f}"
         )
-    b, f, c = (statistics.median(x) for x in (base, flooded, control))
+    b, f, c, k = (statistics.median(x) for x in (base, flooded, control, keyless))
+    n = args.count
     print(
-        f"| honest commits/s alone (median) | under {args.count} failed handshakes | ratio "
-        f"| under {args.count} valid handshakes | ratio |"
+        f"| honest commits/s alone (median) | under {n} failed handshakes | ratio "
+        f"| under {n} valid handshakes | ratio | under {n} keyless (403) | ratio |"
     )
-    print("|---|---|---|---|---|")
-    print(f"| {b:.0f} | {f:.0f} | {f / b:.2f} | {c:.0f} | {c / b:.2f} |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| {b:.0f} | {f:.0f} | {f / b:.2f} | {c:.0f} | {c / b:.2f} | {k:.0f} | {k / b:.2f} |")
 
 
 def main() -> int:

@@ -91,8 +91,13 @@ def select_one(
 def instance_by_pk(model: type[M], pk: Any, *, exclude: Sequence[str] = ()) -> M | None:
     """The model instance with this primary key (the ``exclude``d fields left
     deferred: reading one later costs a query, as with ``defer``), or None."""
+    return instance_where(model, exclude=exclude, **{model._meta.pk.attname: pk})
+
+
+def instance_where(model: type[M], *, exclude: Sequence[str] = (), **unique: Any) -> M | None:
+    """The one model instance whose ``unique`` columns equal these values, or None."""
     names = tuple(f.attname for f in model._meta.concrete_fields if f.attname not in exclude)
-    row = select_one(model, names, **{model._meta.pk.attname: pk})
+    row = select_one(model, names, **unique)
     if row is None:
         return None
     return model.from_db(connection.alias, list(names), list(row.values()))

@@ -40,7 +40,7 @@ from access.handshakes import handshake_key
 from access.models import ApiKey
 from common.errors import ApiError
 from realtime import push
-from realtime.consumers import agent_id_of, raw_key_of
+from realtime.consumers import LeanDispatch, agent_id_of, raw_key_of
 from realtime.keywatch import key_watch
 from shards import crdt, crdt_store
 from shards.models import Shard, ShardType
@@ -97,7 +97,7 @@ def stored_doc(shard: Shard) -> Doc:
     return loaded.doc
 
 
-class ShardYjsConsumer(push.BatchedPushes, YjsConsumer):
+class ShardYjsConsumer(LeanDispatch, push.BatchedPushes, YjsConsumer):
     key = None
     shard: Shard | None = None
     agent_id = ""

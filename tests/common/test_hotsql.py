@@ -8,6 +8,8 @@ import uuid
 import pytest
 from django.utils import timezone
 
+from access.models import ApiKey
+from access.services import api_key_create
 from audit.models import AuditEntry
 from common import hotsql
 from shards.models import CrdtUpdate, Shard
@@ -43,6 +45,19 @@ def test_excluded_columns_are_deferred_and_still_readable(ledger):
     assert fast is not None
     assert fast.get_deferred_fields() == set(Shard.PAYLOAD)
     assert fast.value == ledger.value  # loaded on first use, as with defer()
+
+
+def test_an_api_key_read_by_its_prefix_equals_the_orms(db):
+    key, _ = api_key_create(
+        name="hot", permissions=["shard:read"], shard_prefixes=["team-a:"], rate_limit=7
+    )
+    fast = hotsql.instance_where(ApiKey, prefix=key.prefix)
+    slow = ApiKey.objects.get(prefix=key.prefix)
+    assert fast is not None
+    for field in ApiKey._meta.concrete_fields:
+        assert getattr(fast, field.attname) == getattr(slow, field.attname), field.attname
+    assert fast.allows_shard("team-a:x") and not fast.allows_shard("TEAM-A:x")
+    assert hotsql.instance_where(ApiKey, prefix=key.prefix.upper() + "X") is None
 
 
 def test_a_missing_row_is_none():
