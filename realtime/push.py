@@ -89,8 +89,14 @@ class Outbox:
             on_loop = False
         if on_loop:
             self._start()
-        else:
+            return
+        try:
             self.loop.call_soon_threadsafe(self._start)
+        except RuntimeError:  # the loop closed meanwhile (shutdown): pushes are best effort
+            with self._lock:
+                self._pending.clear()
+                self._sending = False
+            logger.warning("push dropped: its event loop is closed")
 
     def _start(self) -> None:
         self.loop.create_task(self._drain())

@@ -68,3 +68,12 @@ async def test_eight_threads_pushing_at_once_lose_nothing_and_keep_their_order()
     assert wire_messages <= threads * each
     with pytest.raises(asyncio.TimeoutError):  # and nothing more arrives
         await asyncio.wait_for(layer.receive(channel), timeout=0.3)
+
+
+def test_a_push_to_a_closed_loop_is_dropped_without_raising_into_the_caller():
+    loop = asyncio.new_event_loop()
+    box = push.Outbox(loop)
+    loop.close()
+    box.put("a", {"type": "test.message"})  # a service's after-commit hook must not fail
+    box.put("a", {"type": "test.message"})
+    assert not box._sending  # not left stuck "sending", which would swallow every later push
