@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
+from django.conf import settings
 
 from access.auth import permission_check
 from access.handshakes import handshake_key
@@ -103,14 +104,49 @@ def parse_watch_params(query: dict[str, list[str]]) -> tuple[str, int]:
 
 
 @database_sync_to_async
-def _open(scope: dict, raw_key: str, prefix: str, since: int) -> int:
+def _open(scope: dict, raw_key: str, prefix: str, since: int) -> tuple[str, int]:
     # Served outside Django's middleware: the same handshake rule as the sockets
     # (failures audited in batches and limited per address).
     key = handshake_key(scope=scope, raw_key=raw_key)
     if since < 0:
         since = latest_revision()
     watch_check(prefix=prefix, since=since, key=key)
-    return since
+    return key.prefix, since
+
+
+class OpenWatches:
+    """Streams open per key in this process, capped (ZEROLOCK_MAX_WATCHES_PER_KEY).
+
+    Each stream polls the log every POLL_SECONDS through the one thread
+    ``database_sync_to_async`` runs on, so a key opening streams without end
+    would have made every other socket's database work wait behind them."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, int] = {}
+
+    def acquire(self, key_prefix: str) -> None:
+        limit = settings.ZEROLOCK_MAX_WATCHES_PER_KEY
+        held = self._open.get(key_prefix, 0)
+        if held >= limit:
+            raise ApiError(
+                429,
+                "TOO_MANY_WATCHES",
+                f"This key already has {held} watches open here (at most {limit}); "
+                "close one, or watch a wider prefix with one stream.",
+                limit=limit,
+            )
+        self._open[key_prefix] = held + 1
+
+    def release(self, key_prefix: str) -> None:
+        held = self._open.get(key_prefix, 0) - 1
+        if held > 0:
+            self._open[key_prefix] = held
+        else:
+            self._open.pop(key_prefix, None)
+
+
+# Touched only from the event loop (acquire and release both run in it): no lock.
+open_watches = OpenWatches()
 
 
 class WatchEvents:
@@ -130,7 +166,8 @@ class WatchEvents:
             raw_key = headers.get(b"x-api-key", b"").decode("latin1")
             if not raw_key:
                 raise ApiError(401, "UNAUTHENTICATED", "Send your API key in the X-API-Key header.")
-            since = await _open(scope, raw_key, prefix, since)
+            key_prefix, since = await _open(scope, raw_key, prefix, since)
+            open_watches.acquire(key_prefix)
         except ApiError as error:
             await _send_error(send, error)
             return
@@ -138,6 +175,13 @@ class WatchEvents:
             logger.exception("Unhandled error opening a watch")
             await _send_error(send, internal_error())
             return
+        try:
+            await self._stream(receive, send, prefix, since)
+        finally:
+            open_watches.release(key_prefix)
+
+    @staticmethod
+    async def _stream(receive: Any, send: Any, prefix: str, since: int) -> None:
         await send(
             {
                 "type": "http.response.start",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
+import time
 
 import httpx
 import pytest
@@ -132,3 +134,51 @@ async def test_a_websocket_watch_streams_past_and_live_changes_in_order():
     assert await socket.receive_nothing(timeout=0.3)
     await socket.disconnect()
     await asyncio.sleep(0)
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_a_key_holds_at_most_its_cap_of_open_watches_and_gets_one_back_when_one_closes():
+    from tests.conftest import server_env, start_server, stop_server
+
+    _, greedy = api_key_create(name="greedy", permissions=["shard:read"])
+    _, other = api_key_create(name="other", permissions=["shard:read"])
+    proc, base = start_server(server_env() | {"ZEROLOCK_MAX_WATCHES_PER_KEY": "2"})
+    url = f"{base}/api/watch"
+
+    readers = []  # held: a line iterator dropped by the GC closes its connection
+
+    def opened(client: httpx.Client, stack: contextlib.ExitStack) -> httpx.Response:
+        response = stack.enter_context(client.stream("GET", url))
+        if response.status_code == 200:
+            readers.append(lines := response.iter_lines())
+            assert next(lines) == ": watching"  # the stream is really open
+        else:
+            response.read()
+        return response
+
+    try:
+        with (
+            httpx.Client(headers={"X-API-Key": greedy}, timeout=10) as mine,
+            httpx.Client(headers={"X-API-Key": other}, timeout=10) as theirs,
+            contextlib.ExitStack() as held,
+        ):
+            first = contextlib.ExitStack()
+            assert opened(mine, first).status_code == 200
+            assert opened(mine, held).status_code == 200
+            refused = opened(mine, held)
+            assert refused.status_code == 429
+            assert refused.json()["error"] == {
+                "code": "TOO_MANY_WATCHES",
+                "message": refused.json()["error"]["message"],
+                "limit": 2,
+            }
+            assert opened(theirs, held).status_code == 200  # counted per key
+            first.close()  # the server notices within a poll (100 ms)
+            deadline = time.monotonic() + 5
+            while (again := opened(mine, held)).status_code == 429:
+                assert time.monotonic() < deadline, "a closed watch was never given back"
+                time.sleep(0.1)
+            assert again.status_code == 200
+    finally:
+        stop_server(proc)
