@@ -16,6 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from django.contrib.admin.utils import quote
+from django.urls import reverse
 
 from access.auth import Actor
 from approvals.models import (
@@ -359,7 +361,10 @@ def test_admins_manage_subscriptions_and_see_every_attempt_in_admin(worker, api)
             10,
         )
         delivery = WebhookDelivery.objects.get(approval_id=approval_id)
-        page = admin.get(f"/admin/approvals/webhookdelivery/{delivery.id}/change/")
+        # quote(): the admin reads "_26" in a raw "msg_26..." id as "&".
+        page = admin.get(
+            reverse("admin:approvals_webhookdelivery_change", args=[quote(delivery.id)])
+        )
         html = page.content.decode()
         assert page.status_code == 200
         assert "502" in html and "200" in html and "delivered" in html
