@@ -5,7 +5,9 @@ Run by hand: ``.venv/bin/python bench/invalidation.py [--db sqlite,postgres]``.
 latency:  N subscribers on one shard; one agent commits to it M times, one at a
           time; each subscriber timestamps its ``invalidate``. Latency is from
           just before the commit request to the push's arrival (so it includes
-          the commit itself), over every (subscriber, commit) pair.
+          the commit itself), over every (subscriber, commit) pair. The
+          server's own figure (/api/metrics/ws ``push_delay_ms``) times each
+          change from its commit to the last frame handed to the socket.
 savings:  100 agents, each subscribed to 10 of 100 shards; 300 commits spread
           over the shards; /api/metrics/ws before and after.
 """
@@ -57,6 +59,7 @@ async def latency(url: str, key: str, subscribers: int, commits: int) -> dict:
                 arrivals.setdefault(event["version"], []).append(time.perf_counter())
 
         listeners = [asyncio.create_task(listen(s)) for s in sockets]
+        before = await server_delays(client)
         sent_at: dict[int, float] = {}
         for version in range(1, commits + 1):
             sent_at[version + 1] = time.perf_counter()
@@ -70,10 +73,18 @@ async def latency(url: str, key: str, subscribers: int, commits: int) -> dict:
                 len(arrivals.get(version + 1, ())) < subscribers and time.perf_counter() < deadline
             ):
                 await asyncio.sleep(0.001)
+        # The counters are written behind (every 0.5 s): wait for all of them.
+        deadline = time.perf_counter() + 10
+        while (
+            sum((after := await server_delays(client)).values()) - sum(before.values()) < commits
+            and time.perf_counter() < deadline
+        ):
+            await asyncio.sleep(0.2)
         for task in listeners:
             task.cancel()
         for socket in sockets:
             await socket.close()
+    server = {b: after[b] - before[b] for b in after}
     samples = [at - sent_at[v] for v, ats in arrivals.items() for at in ats]
     lost = subscribers * commits - len(samples)
     return {
@@ -85,7 +96,31 @@ async def latency(url: str, key: str, subscribers: int, commits: int) -> dict:
         "p99_ms": round(percentile_ms(samples, 99), 2),
         "max_ms": round(max(samples) * 1000, 2),
         "mean_ms": round(statistics.mean(samples) * 1000, 2),
+        # Inside the server: commit to the last frame handed to the socket, per change.
+        "server_fanouts": sum(server.values()),
+        "server_p50_ms": bucket_bound(server, 50),
+        "server_p99_ms": bucket_bound(server, 99),
+        "server_within_20ms_percent": round(
+            100
+            * sum(n for b, n in server.items() if b != "over" and int(b) <= 20)
+            / max(1, sum(server.values())),
+            2,
+        ),
     }
+
+
+async def server_delays(client: httpx.AsyncClient) -> dict[str, int]:
+    return (await client.get("/api/metrics/ws")).json()["push_delay_ms"]["buckets"]
+
+
+def bucket_bound(buckets: dict[str, int], p: float) -> str:
+    """The upper bound (ms) of the bucket holding the p-th percentile, as "≤ N"."""
+    total, seen = sum(buckets.values()), 0
+    for bound, n in buckets.items():
+        seen += n
+        if total and seen >= p / 100 * total:
+            return f"≤ {bound}" if bound != "over" else "> 1000"
+    return "-"
 
 
 async def savings(
@@ -144,11 +179,15 @@ def main() -> int:
                 )
             log(f"{db}: savings at 100 agents")
             saved.append({"db": db, **asyncio.run(savings(server.url, server.api_key))})
-    print("\n| db | subscribers | commits | deliveries | lost | p50 ms | p99 ms | max ms |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "\n| db | subscribers | commits | deliveries | lost | p50 ms | p99 ms | max ms"
+        " | server p50 ms | server p99 ms | server ≤ 20 ms |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['db']} | {r['subscribers']} | {r['commits']} | {r['deliveries']} | {r['lost']} | {r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} |"
+            f"| {r['db']} | {r['subscribers']} | {r['commits']} | {r['deliveries']} | {r['lost']} | {r['p50_ms']} | {r['p99_ms']} | {r['max_ms']}"
+            f" | {r['server_p50_ms']} | {r['server_p99_ms']} | {r['server_within_20ms_percent']} % |"
         )
     print("\n| db | agents | commits | sent | naive broadcast | savings % |")
     print("|---|---|---|---|---|---|")

@@ -42,6 +42,19 @@ PROCESS_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 COMMITS, CONFLICTS, CLAIMS = "commits", "conflicts", "claims"
 WS_SENT, WS_NAIVE = "ws_messages_sent", "ws_naive_broadcast_messages"
+# Commit to last invalidate frame written, per change and server process: counted
+# in buckets (upper bounds, ms), because counters are what adds up across processes.
+PUSH_DELAY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+PUSH_DELAY_PREFIX = "push_delay_ms_le_"
+PUSH_DELAY_OVER = "push_delay_ms_over"
+
+
+def push_delay_counter(ms: float) -> str:
+    """The counter a fan-out that took ``ms`` falls in (the first bound that holds it)."""
+    for bound in PUSH_DELAY_BUCKETS_MS:
+        if ms <= bound:
+            return f"{PUSH_DELAY_PREFIX}{bound}"
+    return PUSH_DELAY_OVER
 
 
 class _Recorder:
@@ -81,6 +94,10 @@ class _Recorder:
             with self._lock:
                 self._counts[name] += n
             self._after_change()
+
+    def push_delay(self, seconds: float) -> None:
+        """One change's fan-out in this process ended ``seconds`` after its commit."""
+        self.count(push_delay_counter(seconds * 1000))
 
     def socket_opened(self) -> None:
         with self._lock:
@@ -200,7 +217,38 @@ def ws_metrics() -> dict[str, Any]:
         "connections": sum(c for c, _ in gauges),
         "subscriptions": sum(s for _, s in gauges),
         "processes": len(gauges),
+        "push_delay_ms": push_delay_summary(totals),
     }
+
+
+def push_delay_summary(totals: dict[str, int]) -> dict[str, Any]:
+    """Since the database began: per change and server process with subscribers,
+    commit to the last ``invalidate`` frame handed to the server. ``buckets``
+    counts changes per upper bound in ms ("over" past the last); the percentiles
+    are the bound of the bucket they fall in."""
+    names = [f"{PUSH_DELAY_PREFIX}{b}" for b in PUSH_DELAY_BUCKETS_MS] + [PUSH_DELAY_OVER]
+    counts = [totals.get(name, 0) for name in names]
+    labels = [str(b) for b in PUSH_DELAY_BUCKETS_MS] + ["over"]
+    return {
+        "fanouts": sum(counts),
+        "buckets": dict(zip(labels, counts, strict=True)),
+        "p50": bucket_percentile(counts, 50),
+        "p99": bucket_percentile(counts, 99),
+    }
+
+
+def bucket_percentile(counts: list[int], p: float) -> int | None:
+    """The upper bound (ms) of the bucket holding the p-th percentile; None when
+    there is nothing counted or it lies past the last bound."""
+    total = sum(counts)
+    if not total:
+        return None
+    rank, seen = p / 100 * total, 0
+    for bound, n in zip(PUSH_DELAY_BUCKETS_MS, counts, strict=False):
+        seen += n
+        if seen >= rank:
+            return bound
+    return None
 
 
 def _percentile(ordered: list[float], p: float) -> float | None:

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
 
+from metrics import record
 from realtime import push
 
 logger = logging.getLogger(__name__)
@@ -113,11 +115,15 @@ class Fanout:
         if event.get("type") == "live.event":
             await self._to_live_pages(event)
             return
-        for subscriber in list(self._by_shard.get(event.get("shard_id", ""), ())):
+        subscribers = list(self._by_shard.get(event.get("shard_id", ""), ()))
+        for subscriber in subscribers:
             try:
                 await subscriber.shard_invalidate(event)
             except Exception:  # one closed socket must not stop the others' pushes
                 logger.exception("invalidate push failed")
+        if subscribers and "committed_at" in event:
+            # Wall clocks: the commit may have happened in another process.
+            record.recorder.push_delay(time.time() - event["committed_at"])
         if self._live and not event.get("deleted"):
             await self._to_live_pages({"type": "live.event", "message": push.live_shard(event)})
 

@@ -15,6 +15,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -211,6 +212,8 @@ def shard_changed(*, shard_id: str, version: int, committed_by: str) -> None:
             "version": version,
             "committed_by": committed_by,
             "updated_at": timezone.now().isoformat(),
+            # For the commit-to-last-frame figure (metrics.record.push_delay).
+            "committed_at": time.time(),
         },
     )
 

@@ -7,7 +7,14 @@ import pytest
 from access.auth import Actor
 from approvals.services import approval_request
 from metrics.models import CommitSample, MetricCounter
-from metrics.record import recorder, window
+from metrics.record import (
+    bucket_percentile,
+    counters,
+    push_delay_counter,
+    push_delay_summary,
+    recorder,
+    window,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -92,4 +99,25 @@ def test_ws_metrics_need_a_key(client_for, make_key):
         "cost_savings_percent",
         "connections",
         "subscriptions",
+        "push_delay_ms",
     }
+
+
+def test_a_fanout_is_counted_in_the_first_bucket_that_holds_its_delay():
+    assert push_delay_counter(0.3) == "push_delay_ms_le_1"
+    assert push_delay_counter(1.0) == "push_delay_ms_le_1"
+    assert push_delay_counter(19.9) == "push_delay_ms_le_20"
+    assert push_delay_counter(20.1) == "push_delay_ms_le_50"
+    assert push_delay_counter(5000) == "push_delay_ms_over"
+
+
+def test_the_push_delay_percentiles_are_the_bounds_of_their_buckets():
+    # 98 fan-outs within 5 ms, 2 within 50: p50 is 5, p99 is 50.
+    recorder.count("push_delay_ms_le_5", 98)
+    recorder.count("push_delay_ms_le_50", 2)
+    summary = push_delay_summary(counters())
+    assert summary["fanouts"] == 100
+    assert summary["buckets"]["5"] == 98 and summary["buckets"]["over"] == 0
+    assert (summary["p50"], summary["p99"]) == (5, 50)
+    assert bucket_percentile([0] * 11, 99) is None
+    assert bucket_percentile([0] * 10 + [1], 50) is None  # past the last bound

@@ -142,6 +142,8 @@ def test_a_hundred_agents_get_exactly_the_invalidations_of_their_ten_shards(live
     rng = random.Random(7)
     subscriptions = {f"agent-{n:03}": set(rng.sample(shard_ids, 10)) for n in range(100)}
     committed = [rng.choice(shard_ids) for _ in range(150)]
+    # Commits to a shard somebody subscribes to: one fan-out each, timed.
+    fanned_out = [s for s in committed if any(s in shards for shards in subscriptions.values())]
     ws_url = live_server_url.replace("http://", "ws://") + "/ws/agents/"
     api_headers = {"X-API-Key": key, "X-Agent-Id": "committer"}
 
@@ -202,6 +204,7 @@ def test_a_hundred_agents_get_exactly_the_invalidations_of_their_ten_shards(live
                     m["messages_sent"] - before["messages_sent"] >= expected_total
                     and m["naive_broadcast_messages"] - before["naive_broadcast_messages"]
                     >= len(committed) * 100
+                    and fanouts(m) - fanouts(before) >= len(fanned_out)
                 )
             )
             await asyncio.sleep(0.5)  # nothing extra arrives
@@ -227,6 +230,12 @@ def test_a_hundred_agents_get_exactly_the_invalidations_of_their_ten_shards(live
         100 * (1 - after["messages_sent"] / after["naive_broadcast_messages"]), 2
     )
     assert 100 * (1 - sent / naive) == pytest.approx(90, abs=4)
+    assert fanouts(after) - fanouts(before) == len(fanned_out)
+    assert after["push_delay_ms"]["p99"] is not None
+
+
+def fanouts(ws_metrics: dict) -> int:
+    return ws_metrics["push_delay_ms"]["fanouts"]
 
 
 @pytest.mark.live
