@@ -31,6 +31,7 @@ from django.utils import timezone
 from access.auth import Actor
 from audit.chain import AuditWriter, audited_transaction
 from audit.models import AuditAction
+from audit.rejections import rejection_entry
 from common import hotsql
 from common.errors import ApiError
 from common.events import send_event_on_commit
@@ -154,6 +155,9 @@ class GroupCommit:
                         del audit.written[written_from:]
                         audit.fresh_docs.clear()  # it may have changed a Doc in place
                         queued.error = error
+                        refusal = getattr(error, "audit_entry", None)
+                        if refusal is not None:  # e.g. FENCED: audited with the batch
+                            audit.append(**refusal)
                     else:
                         queued.written = audit.written[written_from:]
             self.batches += 1
@@ -249,7 +253,17 @@ def version_write(
     push name, when not the actor (a lease's end)."""
     if not getattr(audit, "swept", False):
         raise RuntimeError("version_write runs inside write_transaction()")
-    fence_check(shard_ids={shard.id}, fence=fence)
+    try:
+        fence_check(shard_ids={shard.id}, fence=fence)
+    except ApiError as refusal:
+        refusal.audit_entry = rejection_entry(
+            agent_id=actor.agent_id,
+            key_prefix=actor.key_prefix,
+            shard_id=shard.id,
+            expected=expected_version,
+            code=refusal.code,
+        )
+        raise
     by = committed_by or actor.agent_id
     version = expected_version + 1
     stored = {"value": value} if columns is None else columns

@@ -26,6 +26,7 @@ from pycrdt import create_update_message
 from rest_framework.test import APIClient
 
 from access.services import api_key_create
+from audit.chain import verify_chain
 from audit.models import AuditAction, AuditEntry
 from coordination.leases import next_expiry
 from coordination.models import Lease
@@ -307,7 +308,16 @@ async def test_a_write_with_an_older_fence_than_the_shard_has_seen_is_refused(ki
     shard = await sync_to_async(Shard.objects.get)(pk=shard_id)
     assert shard.version == 2 and shard.fence == 100
     assert [e.version_after for e in await sync_to_async(_entries)(shard_id)] == [1, 2]
+    refusals = await sync_to_async(_refusals)(shard_id)
+    assert [(e.details["code"], e.version_before) for e in refusals] == [("FENCED", 2)]
+    assert (await sync_to_async(verify_chain)())[1] is None
     await world.observer.disconnect()
+
+
+def _refusals(shard_id: str) -> list[AuditEntry]:
+    return list(
+        AuditEntry.objects.filter(shard_id=shard_id, action=AuditAction.SHARD_COMMIT_REJECTED)
+    )
 
 
 @DB
