@@ -56,3 +56,28 @@ def path_delete(value: Any, path: tuple[Any, ...]) -> bool:
         del parent[last]
         return True
     return False
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Equality of JSON values: Python's ``==`` says ``True == 1`` (and so
+    ``[true] == [1]``), but JSON's true is not the number 1. Numbers compare by
+    value (1 equals 1.0: pycrdt hands integers back as floats)."""
+    if _number(a) or _number(b):
+        return _number(a) and _number(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(v, b[k]) for k, v in a.items())
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def json_less(a: Any, b: Any) -> bool | None:
+    """``a < b`` for two numbers or two strings; None when JSON gives them no
+    order (booleans, null, arrays, objects, or two different kinds)."""
+    if (_number(a) and _number(b)) or (isinstance(a, str) and isinstance(b, str)):
+        return a < b
+    return None

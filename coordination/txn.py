@@ -14,7 +14,7 @@ from access.auth import Actor, permission_check, scope_check
 from audit.chain import AuditWriter
 from common.errors import ApiError
 from common.jsonpaths import ABSENT as _ABSENT
-from common.jsonpaths import path_delete, path_get, path_put
+from common.jsonpaths import json_equal, json_less, path_delete, path_get, path_put
 from metrics import record
 from shards import crdt
 from shards.models import SHARD_ID_REGEX, CrdtType, Shard, ShardType
@@ -168,15 +168,15 @@ def compare_holds(compare: Compare, shard: Shard | None, value: Any) -> bool:
     if compare.op == "not_exists":
         return found is _ABSENT
     if compare.op == "==":
-        return found is not _ABSENT and found == compare.value
+        return found is not _ABSENT and json_equal(found, compare.value)
     if compare.op == "!=":
-        return found is _ABSENT or found != compare.value
-    try:
-        return found is not _ABSENT and (
-            found < compare.value if compare.op == "<" else found > compare.value
-        )
-    except TypeError:
+        return found is _ABSENT or not json_equal(found, compare.value)
+    if found is _ABSENT:
         return False
+    # Incomparable kinds (true < 2, [1] < [2]) hold neither way.
+    if compare.op == "<":
+        return json_less(found, compare.value) is True
+    return json_less(compare.value, found) is True
 
 
 # --- running -------------------------------------------------------------------------

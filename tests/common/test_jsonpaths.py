@@ -58,3 +58,13 @@ def test_delete_removes_a_key_or_an_item_and_says_whether_anything_was_there():
     assert path_delete(value, ("a", "b")) is False
     assert path_delete(value, ("nowhere", "deep")) is False
     assert path_delete(value, ("l", 9)) is False
+
+
+def test_json_equal_keeps_booleans_apart_from_numbers_and_numbers_by_value():
+    from common.jsonpaths import json_equal
+
+    assert json_equal({"a": [1, 2.5, None, "x"]}, {"a": [1.0, 2.5, None, "x"]})
+    assert not json_equal(True, 1) and not json_equal(0, False)
+    assert not json_equal({"a": 1}, {"a": 1, "b": 1})
+    assert not json_equal([1, 2], [1, 2, 3])
+    assert not json_equal(None, 0) and not json_equal("1", 1)

@@ -92,3 +92,24 @@ def test_value_compares_read_the_path_and_treat_absent_apart_from_null():
     assert not compare_holds(Compare("s", ">", ("n",), "6"), shard, value)
     # On a shard that does not exist nothing is found.
     assert compare_holds(Compare("s", "not_exists", ("owner",)), None, None)
+
+
+def test_true_is_not_the_number_one_at_any_depth():
+    shard, value = shard_at(1), {"done": True, "n": 1, "tags": [1, {"x": 0}], "f": 2.0}
+    assert not compare_holds(Compare("s", "==", ("done",), 1), shard, value)
+    assert not compare_holds(Compare("s", "==", ("n",), True), shard, value)
+    assert compare_holds(Compare("s", "!=", ("n",), True), shard, value)
+    assert not compare_holds(Compare("s", "==", ("tags",), [True, {"x": False}]), shard, value)
+    assert compare_holds(Compare("s", "==", ("tags",), [1, {"x": 0}]), shard, value)
+    # Numbers are numbers: 2 equals 2.0 (pycrdt hands integers back as floats).
+    assert compare_holds(Compare("s", "==", ("f",), 2), shard, value)
+    assert compare_holds(Compare("s", "==", (), dict(value)), shard, value)
+
+
+def test_only_two_numbers_or_two_strings_have_an_order():
+    shard, value = shard_at(1), {"done": True, "name": "b", "list": [1, 2]}
+    assert not compare_holds(Compare("s", "<", ("done",), 2), shard, value)
+    assert not compare_holds(Compare("s", ">", ("done",), False), shard, value)
+    assert not compare_holds(Compare("s", "<", ("list",), [1, 3]), shard, value)
+    assert compare_holds(Compare("s", "<", ("name",), "c"), shard, value)
+    assert compare_holds(Compare("s", ">", ("name",), "a"), shard, value)
