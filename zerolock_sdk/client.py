@@ -98,6 +98,19 @@ class ZeroLockClient:
     ) -> Any:
         """``minimal``: ask for the answer without the value (``Prefer:
         return=minimal``), for callers that do not read it."""
+        body, _ = await self._send(method, path, json_body, params, idempotency_key, minimal)
+        return body
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        json_body: Any = None,
+        params: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        minimal: bool = False,
+    ) -> tuple[Any, httpx.Response]:
+        """The answer's JSON and the response (for its headers), retrying 429s."""
         if not self.api_key and path.split("?")[0] not in PUBLIC_PATHS:
             # Refused here rather than sent: a keyless request can only get a 401,
             # and each one is an auth failure in the server's audit log.
@@ -111,13 +124,13 @@ class ZeroLockClient:
                 method, path, json=json_body, params=params, headers=headers or None
             )
             if response.status_code == 204:
-                return None
+                return None, response
             try:
                 body = response.json()
             except ValueError:
                 body = None
             if response.is_success:
-                return body
+                return body, response
             error = error_from(response.status_code, body, response.headers.get("Retry-After"))
             if isinstance(error, RateLimitedError) and attempt < self.max_rate_limit_retries:
                 await asyncio.sleep(min(error.retry_after, self.max_retry_wait))
@@ -231,7 +244,16 @@ class ZeroLockClient:
         return await self._additive(shard_id, {"delta": list(delta)}, idempotency_key, minimal)
 
     async def history(self, shard_id: str) -> list[dict[str, Any]]:
-        return await self.request("GET", f"/api/shards/{shard_id}/history")
+        """Every version, oldest first: a history cut short by the server's byte
+        cap says where it goes on in its ``Link: rel="next"``, which is followed."""
+        versions: list[dict[str, Any]] = []
+        path: str | None = f"/api/shards/{shard_id}/history"
+        while path:
+            page, response = await self._send("GET", path)
+            versions.extend(page)
+            following = response.links.get("next", {}).get("url")
+            path = following.replace(self.base_url, "") if following else None
+        return versions
 
     async def delete_shard(self, shard_id: str) -> None:
         await self.request("DELETE", f"/api/shards/{shard_id}")

@@ -323,3 +323,25 @@ def test_watch_through_the_sdk_resumes_from_a_revision(live_server_url):
             return seen
 
     assert asyncio.run(scenario()) == [2, 3]
+
+
+def test_history_follows_the_servers_link_past_its_byte_cap(live_server_url):
+    """Six versions of about 0.9 MB pass the server's 4 MB page: the SDK reads on."""
+    import httpx
+
+    key = a_key()
+    big = "x" * 900_000
+
+    async def scenario() -> None:
+        async with ZeroLockClient(live_server_url, agent_id="archivist", api_key=key) as zl:
+            await zl.create_shard("tome", CreateShardOptions(initial_value={"text": big}))
+            for version in range(1, 6):
+                await zl.commit("tome", version, {"text": big, "n": version}, minimal=True)
+            first = httpx.get(
+                f"{live_server_url}/api/shards/tome/history", headers={"X-API-Key": key}
+            )
+            assert "next" in first.links and len(first.json()) < 6  # the server did cut it
+            history = await zl.history("tome")
+            assert [h["version"] for h in history] == [1, 2, 3, 4, 5, 6]
+
+    asyncio.run(scenario())
