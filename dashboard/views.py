@@ -101,8 +101,6 @@ def _shard_context(request: HttpRequest, shard_id: str) -> dict | None:
             created_at__gte=shard.created_at,
         ).order_by("-id")[:CONFLICTS_SHOWN]
     )
-    for entry in conflicts:
-        entry.code = (entry.details or {}).get("code", "")
     context = {
         "shard": shard,
         "value": pretty(shard.value),

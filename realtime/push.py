@@ -177,18 +177,19 @@ def _private_loop() -> asyncio.AbstractEventLoop:
     global _private
     with _private_lock:
         if _private is None or _private_pid != os.getpid():
-            _start_private()
+            _private = _start_private()
         return _private
 
 
 _private_pid = 0
 
 
-def _start_private() -> None:
-    global _private, _private_pid
-    _private = asyncio.new_event_loop()
+def _start_private() -> asyncio.AbstractEventLoop:
+    global _private_pid
+    loop = asyncio.new_event_loop()
     _private_pid = os.getpid()
-    threading.Thread(target=_private.run_forever, name="push-loop", daemon=True).start()
+    threading.Thread(target=loop.run_forever, name="push-loop", daemon=True).start()
+    return loop
 
 
 def crdt_update_push(*, shard_id: str, update: bytes, origin: str = "") -> None:

@@ -89,7 +89,7 @@ def yjs_write_check(key_prefix: str, agent_id: str, shard_id: str) -> ApiKey:
 def stored_doc(shard: Shard) -> Doc:
     """The shard's Doc as stored now, a private copy (cached Docs are shared)."""
     try:
-        loaded = crdt_store.read(shard.pk, shard.crdt_type)
+        loaded = crdt_store.read(shard.pk, shard.crdt_kind)
     except Shard.DoesNotExist:
         loaded = None
     if loaded is None or loaded.incarnation != shard.incarnation:

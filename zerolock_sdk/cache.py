@@ -102,7 +102,7 @@ class CachedZeroLockClient(ZeroLockClient):
 
     async def get_shard(self, shard_id: str) -> Shard:
         entry = self._entries.get(shard_id)
-        if self._usable(entry):
+        if entry is not None and self._usable(entry):
             self.cache_hits += 1
             return entry.shard
         shard = await super().get_shard(shard_id)
@@ -151,9 +151,12 @@ class CachedZeroLockClient(ZeroLockClient):
     async def _call_on_conflict(self, event: dict[str, Any]) -> None:
         # A failing callback is logged, not raised: raising here would end the
         # listener, and with it every invalidation this cache relies on.
+        callback = self._on_conflict
+        if callback is None:
+            return
         try:
             outcome = (
-                self._on_conflict(
+                callback(
                     event["shard_id"],
                     event.get("version"),
                     event.get("winning_value"),
@@ -161,7 +164,7 @@ class CachedZeroLockClient(ZeroLockClient):
                     event.get("diff"),
                 )
                 if self._conflict_spread
-                else self._on_conflict(event)
+                else callback(event)
             )
             if inspect.isawaitable(outcome):
                 await outcome

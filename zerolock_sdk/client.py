@@ -148,7 +148,9 @@ class ZeroLockClient:
         return Shard.from_json(await self.request("GET", f"/api/shards/{shard_id}"))
 
     async def list_shards(self, *, prefix: str = "", type: str = "") -> list[Shard]:
-        params = {k: v for k, v in {"prefix": prefix, "type": type}.items() if v}
+        params: dict[str, str] | None = {
+            k: v for k, v in {"prefix": prefix, "type": type}.items() if v
+        }
         shards, path = [], "/api/shards"
         while path:
             page = await self.request("GET", path, params=params)
@@ -283,8 +285,8 @@ class ZeroLockClient:
     async def list_approvals(
         self, *, status: str = "", shard_id: str = "", requested_by: str = ""
     ) -> list[Approval]:
-        params = {"status": status, "shard_id": shard_id, "requested_by": requested_by}
-        params = {k: v for k, v in params.items() if v}
+        wanted = {"status": status, "shard_id": shard_id, "requested_by": requested_by}
+        params: dict[str, str] | None = {k: v for k, v in wanted.items() if v}
         approvals, path = [], "/api/approvals"
         while path:
             page = await self.request("GET", path, params=params)

@@ -57,7 +57,7 @@ class ZeroLockSaver(BaseCheckpointSaver[str]):
 
     def __init__(self, base_url: str, *, api_key: str, agent_id: str = "langgraph", **kwargs: Any):
         super().__init__(**kwargs)
-        self._options = {"api_key": api_key, "agent_id": agent_id}
+        self._api_key, self._agent_id = api_key, agent_id
         self._base_url = base_url
         self._clients: dict[int, ZeroLockClient] = {}
         # Sync calls run the async ones on a private loop.
@@ -67,7 +67,9 @@ class ZeroLockSaver(BaseCheckpointSaver[str]):
     def _client(self) -> ZeroLockClient:
         loop = id(asyncio.get_running_loop())
         if loop not in self._clients:
-            self._clients[loop] = ZeroLockClient(self._base_url, **self._options)
+            self._clients[loop] = ZeroLockClient(
+                self._base_url, api_key=self._api_key, agent_id=self._agent_id
+            )
         return self._clients[loop]
 
     def _sync(self, coroutine: Any) -> Any:

@@ -12,7 +12,8 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import StaticFilesHandler  # noqa: E402
 from django.core.exceptions import SuspiciousOperation  # noqa: E402
 from django.core.handlers.exception import response_for_exception  # noqa: E402
-from django.http import Http404  # noqa: E402
+from django.http import Http404, HttpRequest  # noqa: E402
+from django.http.response import HttpResponseBase  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from coordination.watch import WatchEvents  # noqa: E402
@@ -33,7 +34,7 @@ class StaticFiles(StaticFilesHandler):
     """A path escaping the static folders (``/static/..%2f``) is a missing file:
     404, not the SuspiciousFileOperation that Django's handler lets through as 500."""
 
-    def get_response(self, request):  # type: ignore[no-untyped-def]
+    def get_response(self, request: HttpRequest) -> HttpResponseBase:
         try:
             return super().get_response(request)
         except SuspiciousOperation:

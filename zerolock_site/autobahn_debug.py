@@ -18,4 +18,4 @@ from __future__ import annotations
 def install_autobahn_cheap_debug() -> None:
     from autobahn.websocket import protocol
 
-    protocol.pformat = repr  # type: ignore[attr-defined]
+    protocol.pformat = repr  # type: ignore[assignment]

@@ -74,7 +74,7 @@ class Child:
         return self.proc is not None and self.proc.poll() is None
 
     def signal_leader(self, sig: int) -> None:
-        if self.alive():
+        if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, sig)
 

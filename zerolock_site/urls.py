@@ -1,13 +1,13 @@
 from django.conf import settings
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path
 from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from supervision.views import HealthView
 from zerolock_site.floor import floor
 
-api = [
+api: list[URLPattern | URLResolver] = [
     path("", include("shards.urls")),
     path("", include("coordination.urls")),
     path("", include("approvals.urls")),
