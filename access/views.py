@@ -6,18 +6,18 @@ from __future__ import annotations
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
-from rest_framework.views import APIView
 
 from access.auth import principal
 from audit.models import AuditEntry
 from audit.serializers import AuditEntrySerializer, AuditQuerySerializer, audit_data
 from common import pages
+from common.api import ApiView
 from common.inputs import parsed
 
 ADMIN = "admin"
 
 
-class AuditListView(APIView):
+class AuditListView(ApiView):
     required_permissions = {"GET": ADMIN}
 
     @extend_schema(

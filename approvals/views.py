@@ -6,9 +6,9 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from access.auth import principal, scope_check
+from common.api import ApiView
 from common.inputs import parsed
 from common.openapi import CONFLICT
 
@@ -37,7 +37,7 @@ def visible_approval(request: Request, approval_id: str) -> Approval:
     return approval
 
 
-class ApprovalRequestView(APIView):
+class ApprovalRequestView(ApiView):
     required_permissions = {"POST": REQUEST}
 
     @extend_schema(request=ApprovalRequestSerializer, responses={201: ApprovalSerializer})
@@ -51,7 +51,7 @@ class ApprovalRequestView(APIView):
         return Response(approval_data(approval, at_request(approval)), status=201)
 
 
-class ApprovalListView(APIView):
+class ApprovalListView(ApiView):
     required_permissions = {"GET": READ}
 
     @extend_schema(parameters=[ApprovalListQuerySerializer], responses=ApprovalPageSerializer)
@@ -79,7 +79,7 @@ class ApprovalListView(APIView):
         return Response({"results": [approval_data(a) for a in page], "next": next_url})
 
 
-class ApprovalDetailView(APIView):
+class ApprovalDetailView(ApiView):
     required_permissions = {"GET": READ}
 
     @extend_schema(responses=ApprovalSerializer)
@@ -88,7 +88,7 @@ class ApprovalDetailView(APIView):
         return Response(approval_data(approval, current_of(approval)))
 
 
-class ApprovalDecideView(APIView):
+class ApprovalDecideView(ApiView):
     required_permissions = {"POST": DECIDE}
     approve = True
 

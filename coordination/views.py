@@ -5,9 +5,9 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from access.auth import principal
+from common.api import ApiView
 from common.inputs import parsed
 from common.openapi import CONFLICT, PREFER_PARAMETERS, ErrorEnvelopeSerializer
 from common.prefer import write_answer
@@ -20,7 +20,7 @@ from .txn import txn_apply
 WRITE = "shard:write"
 
 
-class TxnView(APIView):
+class TxnView(ApiView):
     """Compare-and-set over one or more shards: each operation's shard is checked
     against the key's permissions and scope inside the service."""
 
@@ -40,7 +40,7 @@ NOTHING_TO_CLAIM = OpenApiResponse(
 )
 
 
-class ClaimView(APIView):
+class ClaimView(ApiView):
     """Claims one task of a queue (a decision shard whose value is an object of
     tasks): the server picks a task whose fields equal `where`, sets `set` and
     `holder` (the acting agent) on it in one versioned write, and answers with it;
@@ -66,7 +66,7 @@ class ClaimView(APIView):
         return write_answer(request, claim.as_dict())
 
 
-class LeaseListView(APIView):
+class LeaseListView(ApiView):
     required_permissions = {"POST": WRITE}
 
     @extend_schema(request=dict, responses={201: dict})
@@ -80,7 +80,7 @@ class LeaseListView(APIView):
         return Response(leases.lease_data(lease), status=201)
 
 
-class LeaseDetailView(APIView):
+class LeaseDetailView(ApiView):
     required_permissions = {"DELETE": WRITE}
 
     @extend_schema(responses={204: OpenApiResponse(description="Revoked")})
@@ -93,7 +93,7 @@ class LeaseDetailView(APIView):
         return Response(status=204)
 
 
-class LeaseKeepAliveView(APIView):
+class LeaseKeepAliveView(ApiView):
     required_permissions = {"POST": WRITE}
 
     @extend_schema(request=None, responses=dict)

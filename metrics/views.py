@@ -5,7 +5,8 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
+
+from common.api import ApiView
 
 from . import record
 from .sources import sources
@@ -13,7 +14,7 @@ from .sources import sources
 READ = "shard:read"
 
 
-class MetricsView(APIView):
+class MetricsView(ApiView):
     """Commits, conflicts, claims and approvals over the last minute, the last hour
     and since the database began; latency percentiles; the hottest shards."""
 
@@ -36,7 +37,7 @@ class MetricsView(APIView):
         )
 
 
-class WsMetricsView(APIView):
+class WsMetricsView(ApiView):
     required_permissions = {"GET": READ}
 
     @extend_schema(responses=dict)

@@ -9,11 +9,11 @@ from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from access.auth import principal, scope_check
 from audit.models import AuditEntry
 from common import pages
+from common.api import ApiView
 from common.errors import ApiError
 from common.inputs import parsed
 from common.openapi import CONFLICT, PREFER_PARAMETERS
@@ -37,7 +37,7 @@ from .serializers import (
 READ, WRITE, CREATE, ADMIN = "shard:read", "shard:write", "shard:create", "admin"
 
 
-class ShardListView(APIView):
+class ShardListView(ApiView):
     required_permissions = {"GET": READ, "POST": CREATE}
 
     @extend_schema(
@@ -92,7 +92,7 @@ def _listed_shard(shard: Shard) -> dict[str, Any]:
     return shard_data(shard)
 
 
-class ShardDetailView(APIView):
+class ShardDetailView(ApiView):
     required_permissions = {"GET": READ, "DELETE": ADMIN}
 
     @extend_schema(responses=ShardSerializer, operation_id="shards_get")
@@ -106,7 +106,7 @@ class ShardDetailView(APIView):
         return Response(status=204)
 
 
-class ShardCommitView(APIView):
+class ShardCommitView(ApiView):
     required_permissions = {"POST": WRITE}
 
     @extend_schema(
@@ -136,7 +136,7 @@ class ShardCommitView(APIView):
         return write_answer(request, result.as_dict())
 
 
-class ShardHistoryView(APIView):
+class ShardHistoryView(ApiView):
     required_permissions = {"GET": READ}
 
     @extend_schema(

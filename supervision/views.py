@@ -11,13 +11,14 @@ from django.db import connection
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
+
+from common.api import ApiView
 
 from .heartbeats import heartbeat_health
 from .models import Role
 
 
-class HealthView(APIView):
+class HealthView(ApiView):
     """Unauthenticated, so load balancers can probe it; it reveals only up/down."""
 
     authentication_classes: list = []
