@@ -156,6 +156,19 @@ def insert(model: type[models.Model], values: dict[str, Any]) -> Any:
         return cursor.fetchone()[0] if returns else None
 
 
+def insert_many(model: type[models.Model], rows: Sequence[dict[str, Any]]) -> None:
+    """Inserts rows that all name the same columns, with one executemany (no
+    primary keys come back). Call it inside a transaction: in autocommit each
+    row would be a transaction of its own."""
+    if not rows:
+        return
+    sql, returns = _insert(model, connection.vendor, tuple(rows[0]))
+    if returns:
+        sql = sql.rsplit(" RETURNING ", 1)[0]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, [_params(model, row) for row in rows])
+
+
 def insert_instance(instance: models.Model) -> None:
     """Saves a new, unsaved instance with one INSERT (no signals: the hot path's
     models have no receivers), and gives it the primary key the database chose."""

@@ -10,22 +10,29 @@ fraction of a second of read records (never a commit or an audit entry).
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
+from common import hotsql
+from common.db import sqlite_writer_queue
 from common.writebehind import WriteBehind
 
 from .models import Delivery
 
 
-def _insert(batch: list[Delivery]) -> None:
-    Delivery.objects.bulk_create(batch)
+def _insert(batch: list[dict[str, Any]]) -> None:
+    # A compiled INSERT run once per batch: bulk_create built a model instance
+    # per read and compiled its query per batch (3 % of a GET's CPU under load).
+    with sqlite_writer_queue(), transaction.atomic():
+        hotsql.insert_many(Delivery, batch)
 
 
 class DeliveryRecorder:
     def __init__(self) -> None:
-        self._writer: WriteBehind[Delivery] = WriteBehind(
+        self._writer: WriteBehind[dict[str, Any]] = WriteBehind(
             "delivery-writer",
             _insert,
             period=0.1,
@@ -37,9 +44,12 @@ class DeliveryRecorder:
         self, *, agent_id: str, shard_id: str, version: int, at: datetime | None = None
     ) -> None:
         self._writer.put(
-            Delivery(
-                agent_id=agent_id, shard_id=shard_id, version=version, read_at=at or timezone.now()
-            )
+            {
+                "agent_id": agent_id,
+                "shard_id": shard_id,
+                "version": version,
+                "read_at": at or timezone.now(),
+            }
         )
 
     def flush(self) -> None:

@@ -118,3 +118,23 @@ def test_a_version_check_at_the_top_of_64_bits_touches_nothing_and_does_not_over
         incarnation=ledger.incarnation,
     )  # fmt: skip
     assert touched == 0
+
+
+def test_insert_many_stores_every_row_as_the_orm_would(db):
+    from django.db import transaction
+    from django.utils import timezone
+
+    from shards.models import Delivery
+
+    at = timezone.now()
+    rows = [
+        {"agent_id": f"reader-{n}", "shard_id": "s", "version": 2**62 + n, "read_at": at}
+        for n in range(3)
+    ]
+    with transaction.atomic():
+        hotsql.insert_many(Delivery, rows)
+        hotsql.insert_many(Delivery, [])
+    stored = list(Delivery.objects.order_by("id").values("agent_id", "version", "read_at"))
+    assert stored == [
+        {"agent_id": r["agent_id"], "version": r["version"], "read_at": at} for r in rows
+    ]
