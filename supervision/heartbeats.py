@@ -2,13 +2,14 @@
 
 A heartbeat is evidence of the job, not of a live process: the worker beats
 when it has *run* a task (``task_postrun``, in the process that ran it), beat
-when it has *published* one (``after_task_publish``, in the beat process). Beat
+when it has *published* one (``after_task_publish``, in beat's thread). Beat
 publishes the lease sweep every second, so both beat about once a second while
 the pair works; a worker that is alive but consumes nothing goes stale."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,7 +26,9 @@ logger = logging.getLogger(__name__)
 WRITE_EVERY_SECONDS = 1.0
 
 _last_write: dict[str, float] = {}
-_is_beat = False
+# The threads beat runs in: its own process's main thread, or a worker's beat
+# thread (make run: `celery worker --beat-thread`).
+_beat_threads: set[int] = set()
 
 
 def heartbeat_record(*, role: Role, at: datetime | None = None) -> None:
@@ -96,12 +99,13 @@ def _on_task_postrun(**kwargs: Any) -> None:
 
 
 def _on_beat_init(**kwargs: Any) -> None:
-    global _is_beat
-    _is_beat = True
+    _beat_threads.add(threading.get_ident())
 
 
 def _on_after_task_publish(**kwargs: Any) -> None:
-    if _is_beat:  # only beat's own publishing counts as its heartbeat
+    # Only beat's own publishing counts as its heartbeat, not a task the worker
+    # around a beat thread publishes.
+    if threading.get_ident() in _beat_threads:
         _beat_throttled(Role.BEAT)
 
 

@@ -53,8 +53,11 @@ DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver").split(",")
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
+# Not "daphne": its app only makes `manage.py runserver` serve ASGI, and it imports
+# Twisted and autobahn into every process that sets Django up (the Celery worker,
+# beat, management commands): 23 MB each. `make run` starts Daphne's own command,
+# which installs its reactor before anything else.
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

@@ -1,14 +1,15 @@
-"""`make run`'s process supervisor: the web server, one Celery worker, one beat.
+"""`make run`'s process supervisor: the web server, and one Celery worker that
+runs beat in a thread (zerolock_site/celery.py).
 
 - The web server (Daphne, or gunicorn with ZEROLOCK_SERVER=gunicorn) is the
   node: if it exits, everything stops and the supervisor exits non-zero.
-- The worker and beat are helpers: one that dies is restarted with exponential
-  backoff (at once, then 1 s doubling to 30 s; from the start again once it has
-  stayed up 60 s) while
-  HTTP and WebSockets keep serving. Its death is written to its heartbeat row,
+- The worker is a helper: when it dies (or its beat thread ends, which ends it)
+  it is restarted with exponential backoff (at once, then 1 s doubling to 30 s;
+  from the start again once it has stayed up 60 s) while HTTP and WebSockets
+  keep serving. Its death is written to the worker's and beat's heartbeat rows,
   so /api/health says "down" at once.
 - Every child runs in its own process group, and dies with the supervisor
-  (PR_SET_PDEATHSIG): a worker's pool process or a beat never outlives it.
+  (PR_SET_PDEATHSIG): nothing of a worker ever outlives it.
 - SIGINT/SIGTERM: SIGTERM to each child, SIGKILL to each group still alive
   after the grace period; everything is gone within ZEROLOCK_STOP_SECONDS (6 s).
   Daphne finishes the requests in flight in that time (zerolock_site/wsgi_bridge.py).
@@ -28,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from subprocess import Popen
 
@@ -41,6 +43,9 @@ BACKOFF_CAP_SECONDS = 30.0
 # A restarted process that stays up this long starts again from the first delay.
 BACKOFF_RESET_AFTER_SECONDS = 60.0
 POLL_SECONDS = 0.2
+# How long a restart waits for its predecessor's death to be written (first death:
+# the reporter sets Django up first, about a second).
+REPORT_WAIT_SECONDS = 5.0
 
 
 def _env_float(name: str, default: float) -> float:
@@ -53,10 +58,14 @@ class Child:
     name: str
     argv: list[str]
     restart: bool  # False: the node itself; its exit stops everything
+    # What /api/health shows down when it dies (the worker carries beat's thread).
+    roles: tuple[str, ...] = ()
     proc: Popen | None = None
     started_at: float = 0.0
     failures: int = 0
     restart_at: float | None = None
+    # Set once its death is written to /api/health's heartbeat row (or failed).
+    death_reported: threading.Event | None = None
     restarts: int = field(default=0)
 
     def start(self) -> None:
@@ -129,36 +138,48 @@ def children(environ: dict[str, str]) -> list[Child]:
     celery = [python, "-m", "celery", "-A", "zerolock_site"]
     return [
         Child("web", web, restart=False),
-        # One process runs tasks (pool of one); nothing to discover or gossip with.
+        # One process runs the tasks and, in a thread, beat (zerolock_site/celery.py):
+        # nothing to discover or gossip with, and only ever one beat. Apart, with
+        # a prefork pool of one, they were three processes of 120-150 MB each.
         Child(
             "worker",
             [
                 *celery,
                 "worker",
                 "--loglevel=INFO",
-                "--concurrency=1",
+                "--pool=solo",
+                "--beat-thread",
                 "--without-gossip",
                 "--without-mingle",
             ],
             restart=True,
+            roles=("worker", "beat"),
         ),  # fmt: skip
-        # Beat apart from the worker: each restarts alone, and there is only ever one beat.
-        Child("beat", [*celery, "beat", "--loglevel=INFO"], restart=True),
     ]
 
 
 class DeathReporter:
     """Writes "down" to the heartbeat row of a dead worker or beat, in a thread:
-    the database may be slow or down, and supervision must not wait for it."""
+    the database may be slow or down, and supervision must not wait for it.
+
+    Django is set up on the first death, not before: a supervisor that imported
+    it at start held 100 MB for nothing while all is well. The death is stamped
+    with the moment it was seen, so a mark written after the restarted process
+    has already beaten again does not hide that heartbeat."""
 
     def __init__(self) -> None:
-        self.queue: queue.Queue[str] = queue.Queue()
+        self.queue: queue.Queue[tuple[tuple[str, ...], datetime, threading.Event]] = queue.Queue()
         threading.Thread(target=self._run, name="death-reporter", daemon=True).start()
 
-    def report(self, role: str) -> None:
-        self.queue.put(role)
+    def report(self, roles: tuple[str, ...]) -> threading.Event:
+        """Queues the death; the event is set once it is written (or failed)."""
+        done = threading.Event()
+        self.queue.put((roles, datetime.now(UTC), done))
+        return done
 
     def _run(self) -> None:
+        first = self.queue.get()
+        done = first[2]
         try:
             os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zerolock_site.settings")
             import django
@@ -170,19 +191,26 @@ class DeathReporter:
             from supervision.models import Role
         except Exception:
             logger.exception("cannot report deaths to /api/health")
-            return
+            done.set()
+            while True:  # nobody waits on an event that is never set
+                self.queue.get()[2].set()
+        roles, seen_at, done = first
         while True:
-            role = self.queue.get()
             try:
-                heartbeat_mark_down(role=Role(role))
+                for role in roles:
+                    heartbeat_mark_down(role=Role(role), at=seen_at)
             except Exception:
-                logger.exception("could not mark %s down", role)
+                logger.exception("could not mark %s down", roles)
             finally:
                 close_old_connections()
+                done.set()
+            roles, seen_at, done = self.queue.get()
 
 
 class Supervisor:
-    def __init__(self, kids: list[Child], on_death: Callable[[str], None]) -> None:
+    def __init__(
+        self, kids: list[Child], on_death: Callable[[tuple[str, ...]], threading.Event]
+    ) -> None:
         self.kids = kids
         self.on_death = on_death
         self.stopping = False
@@ -212,13 +240,24 @@ class Supervisor:
                         break
                     delay = kid.next_delay()
                     logger.warning("%s exited (%s); restarting in %.0f s", kid.name, status, delay)
-                    self.on_death(kid.name)
+                    kid.death_reported = self.on_death(kid.roles or (kid.name,))
                     kid.restart_at = time.monotonic() + delay
-                elif kid.restart_at is not None and time.monotonic() >= kid.restart_at:
+                elif kid.restart_at is not None and self._may_restart(kid):
                     kid.restarts += 1
                     kid.start()
         self.stop_all()
         return code
+
+    @staticmethod
+    def _may_restart(kid: Child) -> bool:
+        """Its backoff is over, and its death is on record: a new process that beat
+        before the mark was written would have it hidden, or overwritten. A
+        database that does not answer holds a restart back at most a few seconds."""
+        now = time.monotonic()
+        if kid.restart_at is None or now < kid.restart_at:
+            return False
+        reported = kid.death_reported
+        return reported is None or reported.is_set() or now >= kid.restart_at + REPORT_WAIT_SECONDS
 
     def stop_all(self) -> None:
         for kid in self.kids:
@@ -252,7 +291,7 @@ def main() -> int:
     server = os.environ.get("ZEROLOCK_SERVER", "daphne")
     print(
         f"ZeroLock ({server}) on http://{os.environ.get('BIND', '127.0.0.1')}:"
-        f"{os.environ.get('PORT', '8000')}/ with a Celery worker and beat. Ctrl-C stops all.",
+        f"{os.environ.get('PORT', '8000')}/ with a Celery worker (and beat). Ctrl-C stops all.",
         flush=True,
     )
     return supervisor.run()

@@ -1,5 +1,5 @@
-"""`make run`'s supervisor (bin/serve) as real processes: a dead worker or beat is
-restarted while the API keeps answering, /api/health tells, Ctrl-C stops
+"""`make run`'s supervisor (bin/serve) as real processes: a dead worker (which
+carries beat in a thread) is restarted while the API keeps answering, /api/health tells, Ctrl-C stops
 everything within 10 s with no orphan, and requests in flight at shutdown get an
 answer or a clean 503 (issue 16, findings 4 and 15)."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -200,6 +201,9 @@ def test_a_worker_killed_9_is_restarted_while_the_api_answers_and_it_then_expire
     degraded = [body for _, _, body in seen if body["status"] == "degraded"]
     assert degraded and all(b["checks"]["database"] == "ok" for b in degraded)
     assert {b["worker"]["status"] for b in degraded} <= {"down", "stale"}
+    # Beat died with it (a thread of the worker), was shown down, and came back.
+    assert any(body["checks"]["beat"] == "down" for _, _, body in seen)
+    _wait_for(lambda: _health_ok(served), 60, "worker and beat ok again", served)
     assert recovery <= 10, recovery
     assert "worker exited (-9); restarting" in served.text()
 
@@ -232,24 +236,44 @@ def test_a_worker_killed_9_is_restarted_while_the_api_answers_and_it_then_expire
     assert entry.details["expired_by"] == "worker", (entry.details, served.text()[-3000:])
 
 
-def test_a_beat_killed_9_is_restarted_alone_and_leaves_no_second_beat(serve):
+def test_beat_is_one_thread_of_the_one_worker_not_a_process_of_its_own(serve):
     served = serve()
-    old_beat = served.child("beat")
+    kids = [cmd for _, cmd in _children_of(served.proc.pid)]
+    assert len(kids) == 2, kids  # the web server and the worker
+    assert [cmd for cmd in kids if "--beat-thread" in cmd] == [
+        cmd for cmd in kids if " worker " in f" {cmd} "
+    ]
+    assert not [cmd for cmd in kids if " beat " in f" {cmd} "]
 
-    seen, recovery = _kill_and_watch(served, "beat")
 
-    assert all(code == 200 for _, code, _ in seen), seen
-    assert any(body["checks"]["beat"] == "down" for _, _, body in seen)
-    assert recovery <= 10, recovery
-    assert _members_of_groups({old_beat}) == []  # nothing left of the old one
-    beats = [cmd for _, cmd in _children_of(served.proc.pid) if " beat " in f" {cmd} "]
-    assert len(beats) == 1, beats
+def test_a_beat_thread_that_ends_takes_its_worker_down_so_both_are_restarted():
+    """Run alone in a process: a beat whose loop fails ends that process (70)."""
+    script = (
+        "import zerolock_site.celery as c\n"
+        "beat = c._Beat(c.app)\n"
+        "def fail(*a, **k): raise RuntimeError('the schedule broke')\n"
+        "beat.service.start = fail\n"
+        "beat.start(); beat.join(10)\n"
+        "raise SystemExit('still running')\n"
+    )
+    env = server_env()
+    env["PYTHONPATH"] = str(ROOT)
+    ended = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ended.returncode == 70, ended.stderr[-2000:]
+    assert "the beat thread ended: stopping the worker with it" in ended.stderr
 
 
 def _stop_and_time(served: Served, sig: int) -> tuple[float, set[int]]:
     groups = {pid for pid, _ in _children_of(served.proc.pid)}
-    assert len(groups) == 3
-    assert _members_of_groups(groups)  # the worker's pool process lives in its group too
+    assert len(groups) == 2  # the web server, and the worker with its beat thread
+    assert _members_of_groups(groups)
     began = time.monotonic()
     served.proc.send_signal(sig)
     served.proc.wait(timeout=30)
