@@ -98,7 +98,10 @@ class ZeroLockClient:
     ) -> Any:
         """``minimal``: ask for the answer without the value (``Prefer:
         return=minimal``), for callers that do not read it."""
-        body, _ = await self._send(method, path, json_body, params, idempotency_key, minimal)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        if minimal:
+            headers.update(PREFER_MINIMAL)
+        body, _ = await self._send(method, path, json_body, params, headers)
         return body
 
     async def _send(
@@ -107,17 +110,13 @@ class ZeroLockClient:
         path: str,
         json_body: Any = None,
         params: dict[str, Any] | None = None,
-        idempotency_key: str | None = None,
-        minimal: bool = False,
+        headers: dict[str, str] | None = None,
     ) -> tuple[Any, httpx.Response]:
         """The answer's JSON and the response (for its headers), retrying 429s."""
         if not self.api_key and path.split("?")[0] not in PUBLIC_PATHS:
             # Refused here rather than sent: a keyless request can only get a 401,
             # and each one is an auth failure in the server's audit log.
             raise MissingApiKeyError()
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        if minimal:
-            headers.update(PREFER_MINIMAL)
         for attempt in range(self.max_rate_limit_retries + 1):
             self.requests_sent += 1
             response = await self._http.request(
