@@ -78,7 +78,7 @@ def test_console_history_and_admin_spell_it_out_in_amber(stale_approval):
     assert 'data-status="approved_stale"' in listing
     assert "approved – not applied (stale)" in listing
     # The admin escapes "_" in primary keys (apr_26... would read as "apr&..."), so the
-    # URL is built the way the admin's own links are; a raw id failed 1 run in ~37.
+    # URL is built the way the admin's own links are; a raw id failed 1 run in ~43.
     response = admin.get(
         reverse("admin:approvals_approval_change", args=[quote(stale_approval.id)])
     )
