@@ -83,7 +83,8 @@ class Child:
         return self.proc is not None and self.proc.poll() is None
 
     def signal_leader(self, sig: int) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        if self.alive():
+            assert self.proc is not None  # alive() says so
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, sig)
 
@@ -242,7 +243,7 @@ class Supervisor:
                     logger.warning("%s exited (%s); restarting in %.0f s", kid.name, status, delay)
                     kid.death_reported = self.on_death(kid.roles or (kid.name,))
                     kid.restart_at = time.monotonic() + delay
-                elif kid.restart_at is not None and self._may_restart(kid):
+                elif self._may_restart(kid):
                     kid.restarts += 1
                     kid.start()
         self.stop_all()
