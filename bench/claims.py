@@ -169,7 +169,7 @@ def main() -> int:
         parser.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(METHODS)}")
     rows = []
     for db in args.db.split(","):
-        with running_server("daphne", db, keep_data=False) as server:
+        with running_server("uvicorn", db, keep_data=False) as server:
             for agents in (int(a) for a in args.agents.split(",")):
                 for method in methods:
                     log(f"{db}: {method} with {agents} agents")

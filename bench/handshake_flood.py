@@ -163,7 +163,7 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=5.0, help="length of a run alone")
     parser.add_argument("--no-limit", action="store_true", help="never throttle failures")
-    parser.add_argument("--server", default="daphne", choices=("daphne", "uvicorn"))
+    parser.add_argument("--server", default="uvicorn", choices=("uvicorn", "daphne"))
     parser.add_argument(
         "--rate",
         type=float,

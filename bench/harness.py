@@ -285,7 +285,7 @@ def main() -> int:
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
     rows: list[dict] = []
-    with running_server("daphne", args.db, keep_data=False) as server:
+    with running_server("uvicorn", args.db, keep_data=False) as server:
         env = server.env
         keys = {
             "executor": manage_key(

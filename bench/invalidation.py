@@ -171,7 +171,7 @@ def main() -> int:
     args = parser.parse_args()
     rows, saved = [], []
     for db in args.db.split(","):
-        with running_server("daphne", db, keep_data=False) as server:
+        with running_server("uvicorn", db, keep_data=False) as server:
             for n in (int(x) for x in args.subscribers.split(",")):
                 log(f"{db}: latency with {n} subscribers")
                 rows.append(

@@ -577,7 +577,7 @@ def running_etcd(keep_data: bool, client_kind: str) -> Iterator[Etcd]:
 
 @contextlib.contextmanager
 def running_zerolock(
-    db: str, keep_data: bool, client_kind: str, web_server: str = "daphne"
+    db: str, keep_data: bool, client_kind: str, web_server: str = "uvicorn"
 ) -> Iterator[ZeroLock]:
     if db == "postgres":
         import redis  # a dependency of ZeroLock's own
@@ -1185,7 +1185,7 @@ def run_config(db: str, args: argparse.Namespace, stamp: str) -> list[dict[str, 
     return rows
 
 
-WEB_SERVERS = ("daphne", "uvicorn")
+WEB_SERVERS = ("uvicorn", "daphne")
 WORKLOADS = ("mixed", "get", "floor", "commits", "claims", "appends")
 
 
@@ -1217,7 +1217,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--server",
         choices=WEB_SERVERS,
-        default="daphne",
+        default="uvicorn",
         help="ZeroLock's web server (bin/serve's ZEROLOCK_SERVER)",
     )
     parser.add_argument("--keep-data", action="store_true", help="keep data dirs and server logs")

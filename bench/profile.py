@@ -5,7 +5,8 @@ Run by hand (not a test):
     .venv/bin/python bench/profile.py get --seconds 15 --threads 8
     .venv/bin/python bench/profile.py commit --db postgres
 
-Starts Daphne on a throwaway data dir (like bench/run.py), loads one endpoint
+Starts the web server (``--server``, uvicorn by default as in `make run`) on a throwaway data dir
+(like bench/run.py), loads one endpoint
 from ``--threads`` client threads (each on its own decision shard), samples the
 server with ``py-spy record`` at 200 Hz for the whole run, and prints the
 request rate, p50/p99, and the functions that hold the most samples (inclusive),
@@ -31,7 +32,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import RESULTS_DIR as RESULTS  # noqa: E402
 from run import VENV_BIN, running_server  # noqa: E402
 
-SKIP = ("threading.py", "twisted/", "asyncio/", "runpy", "daphne/", "concurrent/futures")
+SKIP = (
+    "threading.py",
+    "twisted/",
+    "asyncio/",
+    "runpy",
+    "daphne/",
+    "uvicorn/",
+    "concurrent/futures",
+)
 
 
 def summary(raw: Path, top: int) -> list[tuple[float, str]]:
@@ -67,6 +76,7 @@ def main() -> None:
     )
     parser.add_argument("mode", choices=["get", "commit", "append"])
     parser.add_argument("--db", default="sqlite", choices=["sqlite", "postgres"])
+    parser.add_argument("--server", default="uvicorn", choices=["uvicorn", "daphne"])
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--top", type=int, default=40)
@@ -79,7 +89,7 @@ def main() -> None:
     args = parser.parse_args()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     raw = RESULTS / f"profile-{args.mode}-{args.db}-{stamp}.txt"
-    with running_server("daphne", args.db, keep_data=False) as server:
+    with running_server(args.server, args.db, keep_data=False) as server:
         headers = {"X-API-Key": server.api_key, "X-Agent-Id": "profiler"}
         with httpx.Client(base_url=server.url, headers=headers) as setup:
             for n in range(args.threads):

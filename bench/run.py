@@ -37,9 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
-# serve: bin/serve, as `make run` serves (Daphne plus a Celery worker and beat,
-# under zerolock_site/supervisor.py).
-SERVERS = ("daphne", "gunicorn", "serve")
+# serve: bin/serve, as `make run` serves (uvicorn plus a Celery worker running
+# beat, under zerolock_site/supervisor.py).
+SERVERS = ("uvicorn", "daphne", "gunicorn", "serve")
 DBS = ("sqlite", "postgres")
 WORKLOADS = ("uncontended", "contended", "mixed", "append")
 
@@ -113,10 +113,21 @@ def server_command(server: str, port: int) -> list[str]:
             str(port),
             "zerolock_site.asgi:application",
         ]
+    if server == "uvicorn":
+        # What `make run` serves by default: uvicorn on httptools + uvloop, with
+        # the bridge's drain at shutdown (zerolock_site/uvicorn_server.py).
+        return [
+            str(VENV_BIN / "python"),
+            "-m",
+            "zerolock_site.uvicorn_server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
     if server.startswith("uvicorn"):
-        # uvicorn on httptools + uvloop: the faster HTTP stack issue 13 asks to
-        # weigh against Daphne's; "uvicorn2" runs two worker processes.
-        workers = server.removeprefix("uvicorn") or "1"
+        # "uvicorn2": two uvicorn worker processes (docs/scaling.md's measure).
+        workers = server.removeprefix("uvicorn")
         return [
             str(VENV_BIN / "uvicorn"),
             "--host",
@@ -575,7 +586,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", type=comma_list(DBS), default=["sqlite"], help="sqlite,postgres")
     parser.add_argument(
-        "--server", type=comma_list(SERVERS), default=["daphne"], help="daphne,gunicorn,serve"
+        "--server", type=comma_list(SERVERS), default=["uvicorn"], help=",".join(SERVERS)
     )
     parser.add_argument(
         "--workload",

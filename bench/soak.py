@@ -44,6 +44,8 @@ from proctree import alive, children_of, cmdline, rss_mb  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
 RESULTS = Path(__file__).resolve().parent / "results"
+# How bin/serve's web process shows in its command line, whichever server it runs.
+WEB_COMMANDS = ("zerolock_site.uvicorn_server", "daphne", "gunicorn")
 DECISION_SHARDS, ADDITIVE_SHARDS, VAULTS = 20, 5, 5
 
 
@@ -136,7 +138,7 @@ class Serve:
         if not self.alive():
             return {"total": 0.0, "web": 0.0}
         pids = [self.proc.pid, *children_of(self.proc.pid)]
-        web = sum(rss_mb(p) for p in pids if "daphne" in cmdline(p) or "gunicorn" in cmdline(p))
+        web = sum(rss_mb(p) for p in pids if any(web in cmdline(p) for web in WEB_COMMANDS))
         return {"total": sum(rss_mb(p) for p in pids), "web": web}
 
 

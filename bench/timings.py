@@ -120,7 +120,7 @@ def main() -> int:
     parser.add_argument("--db", default="sqlite", choices=["sqlite", "postgres"])
     args = parser.parse_args()
     rows = {}
-    with running_server("daphne", args.db, keep_data=False) as server:
+    with running_server("uvicorn", args.db, keep_data=False) as server:
         log(f"lease takeover, {args.trials} trials, TTL {args.ttl} s")
         rows["lease_takeover_after_ttl"] = summary(lease_takeovers(server, args.trials, args.ttl))
         log(f"revocation, {args.trials} trials")

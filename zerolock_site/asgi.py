@@ -56,13 +56,14 @@ class WatchOrWsgi:
             await self.wsgi(scope, receive, send)
 
 
+# The HTTP side; its drain() is what uvicorn's shutdown calls (uvicorn_server.py).
+http_bridge = PooledWsgiToAsgi(StaticFiles(django_wsgi_app), threads=settings.ZEROLOCK_HTTP_THREADS)
+
 application = ProtocolTypeRouter(
     {
         # Static files (admin, console assets) straight from the app folders: the
         # pages are low-traffic and this spares a collectstatic step and a proxy.
-        "http": WatchOrWsgi(
-            PooledWsgiToAsgi(StaticFiles(django_wsgi_app), threads=settings.ZEROLOCK_HTTP_THREADS)
-        ),
+        "http": WatchOrWsgi(http_bridge),
         # Agents authenticate with their API key, not a cookie, so there is no
         # cross-site risk to guard with an Origin check on their sockets.
         "websocket": URLRouter(

@@ -1,8 +1,8 @@
 """`make run`'s process supervisor: the web server, and one Celery worker that
 runs beat in a thread (zerolock_site/celery.py).
 
-- The web server (Daphne, or gunicorn with ZEROLOCK_SERVER=gunicorn) is the
-  node: if it exits, everything stops and the supervisor exits non-zero.
+- The web server (uvicorn, or Daphne or gunicorn as ZEROLOCK_SERVER says) is
+  the node: if it exits, everything stops and the supervisor exits non-zero.
 - The worker is a helper: when it dies (or its beat thread ends, which ends it)
   it is restarted with exponential backoff (at once, then 1 s doubling to 30 s;
   from the start again once it has stayed up 60 s) while HTTP and WebSockets
@@ -12,7 +12,8 @@ runs beat in a thread (zerolock_site/celery.py).
   (PR_SET_PDEATHSIG): nothing of a worker ever outlives it.
 - SIGINT/SIGTERM: SIGTERM to each child, SIGKILL to each group still alive
   after the grace period; everything is gone within ZEROLOCK_STOP_SECONDS (6 s).
-  Daphne finishes the requests in flight in that time (zerolock_site/wsgi_bridge.py).
+  The web server finishes the requests in flight in that time, or answers them
+  503 (zerolock_site/wsgi_bridge.py).
 
 Run by bin/serve: ``python -m zerolock_site.supervisor``.
 """
@@ -36,6 +37,8 @@ from subprocess import Popen
 from common.process import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
+# uvicorn serves about 1.5x Daphne's requests per second here (bench/README.md).
+DEFAULT_SERVER = "uvicorn"
 logger = logging.getLogger("zerolock.supervisor")
 
 BACKOFF_FIRST_SECONDS = 1.0
@@ -106,11 +109,11 @@ class Child:
 
 def web_command(environ: Mapping[str, str], bind: str, port: str) -> list[str]:
     """The web server ZEROLOCK_SERVER names, as bin/serve and the tests' live
-    servers start it: daphne (the default), uvicorn or gunicorn."""
+    servers start it: uvicorn (the default), daphne or gunicorn."""
     python = sys.executable
-    server = environ.get("ZEROLOCK_SERVER", "daphne")
-    drain = _env_float("ZEROLOCK_DRAIN_SECONDS", 4.0)
+    server = environ.get("ZEROLOCK_SERVER", DEFAULT_SERVER)
     if server == "gunicorn":
+        drain = _env_float("ZEROLOCK_DRAIN_SECONDS", 4.0)
         return [
             python, "-m", "gunicorn", "-k", "gthread",
             "-w", environ.get("WEB_WORKERS", "2"), "--threads", environ.get("WEB_THREADS", "8"),
@@ -118,16 +121,10 @@ def web_command(environ: Mapping[str, str], bind: str, port: str) -> list[str]:
             "-b", f"{bind}:{port}", "zerolock_site.wsgi:application",
         ]  # fmt: skip
     if server == "uvicorn":
-        # httptools + uvloop: 1.6x Daphne's request rate here (bench/README.md).
-        return [
-            python, "-m", "uvicorn", "--host", bind, "--port", port,
-            "--http", "httptools", "--loop", "uvloop", "--ws", "websockets",
-            "--lifespan", "off", "--no-access-log",
-            "--timeout-graceful-shutdown", str(int(drain)),
-            "zerolock_site.asgi:application",
-        ]  # fmt: skip
+        # httptools + uvloop, with the bridge's drain at shutdown (uvicorn_server.py).
+        return [python, "-m", "zerolock_site.uvicorn_server", "--host", bind, "--port", port]
     if server != "daphne":
-        raise SystemExit(f"ZEROLOCK_SERVER={server!r}: expected daphne, uvicorn or gunicorn")
+        raise SystemExit(f"ZEROLOCK_SERVER={server!r}: expected uvicorn, daphne or gunicorn")
     return [python, "-m", "daphne", "-b", bind, "-p", port, "zerolock_site.asgi:application"]
 
 
@@ -289,7 +286,7 @@ def main() -> int:
     supervisor = Supervisor(kids, reporter.report)
     signal.signal(signal.SIGINT, supervisor.request_stop)
     signal.signal(signal.SIGTERM, supervisor.request_stop)
-    server = os.environ.get("ZEROLOCK_SERVER", "daphne")
+    server = os.environ.get("ZEROLOCK_SERVER", DEFAULT_SERVER)
     print(
         f"ZeroLock ({server}) on http://{os.environ.get('BIND', '127.0.0.1')}:"
         f"{os.environ.get('PORT', '8000')}/ with a Celery worker (and beat). Ctrl-C stops all.",

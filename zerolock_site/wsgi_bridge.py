@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from tempfile import SpooledTemporaryFile
 from typing import Any
@@ -41,6 +42,9 @@ class PooledWsgiToAsgi:
         self.draining = False
         self.abandoned = 0  # requests answered 503 while their view still ran
         self._watching_shutdown = False
+        # The tasks awaiting a view, for drain() to cut short at its deadline.
+        self._in_flight: set[asyncio.Task] = set()
+        self._drain_expired = False
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -68,7 +72,11 @@ class PooledWsgiToAsgi:
                 # for Django to check, and was spooled whole before.
                 if received > limit:
                     body.close()
-                    await _send(send, *_json(413, too_large_envelope()))
+                    start, content = _json(413, too_large_envelope())
+                    # The rest of the body is never read, so the connection cannot
+                    # carry another request: close tells the server to drop it.
+                    start["headers"].append((b"connection", b"close"))
+                    await _send(send, start, content)
                     return
                 body.write(chunk)
                 if not message.get("more_body"):
@@ -79,17 +87,52 @@ class PooledWsgiToAsgi:
             raise
         loop = asyncio.get_running_loop()
         answer = loop.run_in_executor(self.executor, self._run_guarded, scope, body)
+        task = asyncio.current_task()
+        if task is not None:
+            self._in_flight.add(task)
         try:
             start, content = await asyncio.shield(answer)
         except asyncio.CancelledError:
-            # Daphne cancels every request at shutdown, then waits for them: let
-            # this one finish, or answer a clean 503 if it takes too long.
-            try:
-                start, content = await asyncio.wait_for(asyncio.shield(answer), DRAIN_SECONDS)
-            except TimeoutError:
+            if self._drain_expired:  # drain() gave up waiting for this one
                 self.abandoned += 1
                 start, content = _shutting_down()
+            else:
+                # Daphne cancels every request at shutdown, then waits for them:
+                # let this one finish, or answer a clean 503 if it takes too long.
+                try:
+                    start, content = await asyncio.wait_for(asyncio.shield(answer), DRAIN_SECONDS)
+                except TimeoutError:
+                    self.abandoned += 1
+                    start, content = _shutting_down()
+        finally:
+            self._in_flight.discard(task)
         await _send(send, start, content)
+
+    async def drain(self) -> None:
+        """Shutdown for servers that do not cancel requests themselves (uvicorn,
+        zerolock_site/uvicorn_server.py): a request arriving from now on is
+        answered 503; those in flight get DRAIN_SECONDS to finish, then a 503
+        each. Returns once every answer is handed to the server."""
+        self.draining = True
+        deadline = time.monotonic() + DRAIN_SECONDS
+        while self._in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if not self._in_flight:
+            return
+        self._drain_expired = True
+        waiting = list(self._in_flight)
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+
+    def exit_if_abandoned(self) -> None:
+        """A view answered 503 still runs in its thread (waiting for a lock, say);
+        the interpreter would wait for it at exit and might then commit a write
+        its client was told failed. Flush what atexit flushes, then leave: its
+        open transaction dies with the process."""
+        if self.abandoned:
+            atexit._run_exitfuncs()
+            os._exit(0)
 
     def _watch_shutdown(self) -> None:
         """Under Daphne, answer 503 to requests that arrive once shutdown began."""
@@ -99,19 +142,10 @@ class PooledWsgiToAsgi:
         reactor = sys.modules.get("twisted.internet.reactor")  # only if Daphne runs us
         if reactor is not None:
             reactor.addSystemEventTrigger("before", "shutdown", self._start_draining)
-            reactor.addSystemEventTrigger("after", "shutdown", self._exit_if_abandoned)
+            reactor.addSystemEventTrigger("after", "shutdown", self.exit_if_abandoned)
 
     def _start_draining(self) -> None:
         self.draining = True
-
-    def _exit_if_abandoned(self) -> None:
-        """A view answered 503 still runs in its thread (waiting for a lock, say);
-        the interpreter would wait for it at exit and might then commit a write
-        its client was told failed. Flush what atexit flushes, then leave: its
-        open transaction dies with the process."""
-        if self.abandoned:
-            atexit._run_exitfuncs()
-            os._exit(0)
 
     def _run_guarded(self, scope: dict, body: Any) -> tuple[dict, bytes]:
         """Anything that escapes Django (its own handlers catch view and
@@ -161,18 +195,14 @@ def _shutting_down() -> tuple[dict, bytes]:
 
 
 def _json(status: int, data: dict) -> tuple[dict, bytes]:
-    start = {
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", b"application/json")],
-    }
-    return start, json.dumps(data).encode()
+    return _whole(status, b"application/json", json.dumps(data).encode())
 
 
 def _plain(status: int, text: bytes) -> tuple[dict, bytes]:
-    start = {
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", b"text/plain")],
-    }
-    return start, text
+    return _whole(status, b"text/plain", text)
+
+
+def _whole(status: int, content_type: bytes, content: bytes) -> tuple[dict, bytes]:
+    """A length, or uvicorn sends the answer chunked (Daphne added one itself)."""
+    headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(content))]
+    return {"type": "http.response.start", "status": status, "headers": headers}, content

@@ -45,8 +45,16 @@ class Served:
 
     def child(self, role: str) -> int:
         """The pid of the supervisor's child running `role` (web, worker or beat)."""
-        marker = {"web": " daphne ", "worker": " worker ", "beat": " beat "}[role]
-        found = [pid for pid, cmd in _children_of(self.proc.pid) if marker in f" {cmd} "]
+        markers = {
+            "web": (" zerolock_site.uvicorn_server ", " daphne "),
+            "worker": (" worker ",),
+            "beat": (" beat ",),
+        }[role]
+        found = [
+            pid
+            for pid, cmd in _children_of(self.proc.pid)
+            if any(marker in f" {cmd} " for marker in markers)
+        ]
         assert len(found) == 1, (role, _children_of(self.proc.pid))
         return found[0]
 
@@ -105,7 +113,7 @@ def _health_ok(served: Served) -> bool:
 
 @pytest.fixture
 def serve(tmp_path) -> Iterator:
-    """Starts bin/serve (Daphne, worker, beat) on a free port with its own data dir
+    """Starts bin/serve (the web server, worker, beat) on a free port with its own data dir
     (its own broker), serving the test database; waits until all three are ok."""
     started: list[Served] = []
 
