@@ -23,6 +23,12 @@ import uvicorn
 # What is left once the bridge has drained: sockets and watch streams, which
 # end as soon as they are told to.
 AFTER_DRAIN_SECONDS = 1
+# How long an idle kept-alive connection stays open. uvicorn's 5 s equals
+# httpx's own pool expiry: a client reusing a connection just as the server
+# closed it got a ReadError on a POST it cannot safely resend (80 appenders
+# hit it about once in six runs). Well above the clients' expiry, the server
+# is never the one to close first; Daphne never closed an idle connection.
+KEEP_ALIVE_SECONDS = int(os.environ.get("ZEROLOCK_KEEP_ALIVE_SECONDS", "120"))
 
 
 class ZeroLockServer(uvicorn.Server):
@@ -42,13 +48,14 @@ def config(host: str, port: int) -> uvicorn.Config:
         port=port,
         http="httptools",
         loop="uvloop",
-        ws="websockets",
+        ws="websockets-sansio",
         # Daphne never compressed frames; deflate would cost CPU on every frame
         # of every fan-out (an invalidation goes to each subscriber).
         ws_per_message_deflate=False,
         lifespan="off",
         access_log=False,
         timeout_graceful_shutdown=AFTER_DRAIN_SECONDS,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
         # The supervisor's log carries uvicorn's start and stop lines.
         log_level=os.environ.get("ZEROLOCK_SERVER_LOG_LEVEL", "info"),
     )
