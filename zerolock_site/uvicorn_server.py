@@ -15,10 +15,13 @@ watch streams), and a process that abandoned a view leaves without waiting for i
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import socket
+from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 # What is left once the bridge has drained: sockets and watch streams, which
 # end as soon as they are told to.
@@ -29,6 +32,58 @@ AFTER_DRAIN_SECONDS = 1
 # hit it about once in six runs). Well above the clients' expiry, the server
 # is never the one to close first; Daphne never closed an idle connection.
 KEEP_ALIVE_SECONDS = int(os.environ.get("ZEROLOCK_KEEP_ALIVE_SECONDS", "120"))
+
+
+class _HeadWithBody:
+    """A transport that sends a response's head in the same write as its body.
+
+    uvicorn writes the status line and headers as soon as the application
+    sends them, then the body in a second write: two system calls and two TCP
+    segments for every answer (uvicorn's ``send`` held 17 % of a GET's CPU,
+    profiled). The head is held here until the next write, which the bridge
+    makes in the same step of the loop; a head with no body right behind it (a
+    stream, a WebSocket handshake) goes out on the loop's next turn. Order is
+    kept, and nothing held outlives ``close``."""
+
+    __slots__ = ("_transport", "_held", "_loop")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._held: bytes | None = None
+        self._loop = asyncio.get_running_loop()
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            if len(data) <= 65536:
+                self._transport.write(held + data)
+                return
+            self._transport.write(held)
+            self._transport.write(data)
+        elif data.startswith(b"HTTP/1.1 "):
+            self._held = data
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class OneWriteHttpToolsProtocol(HttpToolsProtocol):
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(_HeadWithBody(transport))  # type: ignore[arg-type]
 
 
 class ZeroLockServer(uvicorn.Server):
@@ -46,7 +101,7 @@ def config(host: str, port: int) -> uvicorn.Config:
         "zerolock_site.asgi:application",
         host=host,
         port=port,
-        http="httptools",
+        http=OneWriteHttpToolsProtocol,
         loop="uvloop",
         ws="websockets-sansio",
         # Daphne never compressed frames; deflate would cost CPU on every frame
@@ -54,6 +109,7 @@ def config(host: str, port: int) -> uvicorn.Config:
         ws_per_message_deflate=False,
         lifespan="off",
         access_log=False,
+        server_header=False,  # a header on every answer that only names the software
         timeout_graceful_shutdown=AFTER_DRAIN_SECONDS,
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         # The supervisor's log carries uvicorn's start and stop lines.

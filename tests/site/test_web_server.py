@@ -1,5 +1,5 @@
 """The web server `make run` serves (uvicorn, zerolock_site/uvicorn_server.py),
-over real sockets."""
+over real sockets, and its one-write transport on its own."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import socket
 import time
 
 import pytest
-
-pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 
 def _get_health(sock: socket.socket) -> bytes:
@@ -32,6 +30,8 @@ def _get_health(sock: socket.socket) -> bytes:
     return head
 
 
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
 def test_a_kept_alive_connection_idle_past_a_clients_pool_expiry_still_answers(live_server_url):
     """httpx drops an idle pooled connection after 5 s, uvicorn closed one after
     5 s too: a client that reused it just then lost a POST it could not resend
@@ -42,3 +42,71 @@ def test_a_kept_alive_connection_idle_past_a_clients_pool_expiry_still_answers(l
         assert _get_health(sock).startswith(b"HTTP/1.1 200")
         time.sleep(6.5)  # past httpx's keepalive_expiry and uvicorn's default
         assert _get_health(sock).startswith(b"HTTP/1.1 200")
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str) -> str:
+        return f"extra:{name}"
+
+
+def _head_with_body(coroutine_body):
+    import asyncio
+
+    from zerolock_site.uvicorn_server import _HeadWithBody
+
+    async def run() -> _Recorder:
+        recorder = _Recorder()
+        await coroutine_body(_HeadWithBody(recorder))  # type: ignore[arg-type]
+        return recorder
+
+    return asyncio.run(run())
+
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
+
+
+def test_an_answers_head_and_body_leave_in_one_write():
+    async def answer(transport):
+        transport.write(HEAD)
+        transport.write(b"{}")
+
+    assert _head_with_body(answer).writes == [HEAD + b"{}"]
+
+
+def test_a_head_with_nothing_behind_it_leaves_on_the_loops_next_turn():
+    import asyncio
+
+    seen: list[list[bytes]] = []
+
+    async def stream(transport):
+        transport.write(b"HTTP/1.1 101 Switching Protocols\r\n\r\n")
+        seen.append(list(transport._transport.writes))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        seen.append(list(transport._transport.writes))
+        transport.write(b"frame")
+
+    recorder = _head_with_body(stream)
+    assert seen == [[], [b"HTTP/1.1 101 Switching Protocols\r\n\r\n"]]
+    assert recorder.writes[-1] == b"frame"
+
+
+def test_close_sends_a_held_head_first_and_other_calls_reach_the_transport():
+    async def closing(transport):
+        transport.write(HEAD)
+        assert transport.get_extra_info("peername") == "extra:peername"
+        transport.close()
+
+    recorder = _head_with_body(closing)
+    assert recorder.writes == [HEAD]
+    assert recorder.closed
