@@ -110,6 +110,10 @@ def config(host: str, port: int) -> uvicorn.Config:
         lifespan="off",
         access_log=False,
         server_header=False,  # a header on every answer that only names the software
+        # The client address is the socket's: uvicorn would otherwise take
+        # X-Forwarded-For and -Proto from any local peer, and a local process could
+        # then pose as any address to the per-address rate limit (decisions.md).
+        proxy_headers=False,
         timeout_graceful_shutdown=AFTER_DRAIN_SECONDS,
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         # The supervisor's log carries uvicorn's start and stop lines.

@@ -110,3 +110,26 @@ def test_close_sends_a_held_head_first_and_other_calls_reach_the_transport():
     recorder = _head_with_body(closing)
     assert recorder.writes == [HEAD]
     assert recorder.closed
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_a_forwarded_for_header_does_not_change_whose_rate_limit_a_request_counts_against():
+    """uvicorn trusts X-Forwarded-For from 127.0.0.1 by default; ZeroLock trusts
+    no proxy header, so each guess below counts against the one real address."""
+    import httpx
+
+    from tests.conftest import server_env, start_server, stop_server
+
+    env = server_env()
+    env["ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE"] = "3"
+    proc, url = start_server(env)
+    try:
+        statuses = [
+            httpx.get(f"{url}/api/shards", headers={"X-Forwarded-For": f"10.0.0.{n}"}).status_code
+            for n in range(5)
+        ]
+    finally:
+        stop_server(proc)
+    # The server's start-up health probe may have used one of the three.
+    assert statuses in ([401, 401, 401, 429, 429], [401, 401, 429, 429, 429]), statuses
