@@ -3,6 +3,7 @@ over real sockets, and its one-write transport on its own."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -133,3 +134,63 @@ def test_a_forwarded_for_header_does_not_change_whose_rate_limit_a_request_count
         stop_server(proc)
     # The server's start-up health probe may have used one of the three.
     assert statuses in ([401, 401, 401, 429, 429], [401, 401, 429, 429, 429]), statuses
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS"))
+    return int(line.split()[1]) / 1024
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_headers_that_never_end_are_refused_past_64_kb_and_never_held():
+    """httptools keeps whatever precedes the blank line: 50 MB of headers grew
+    the process by 47 MB before this bound (Daphne's Twisted stopped at 16 KB)."""
+    import httpx
+
+    from tests.conftest import server_env, start_server, stop_server
+
+    proc, url = start_server(server_env())
+    try:
+        before = _rss_mb(proc.pid)
+        host, port = url.removeprefix("http://").split(":")
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        sent = 0
+        try:
+            for n in range(200):  # up to 50 MB
+                sock.sendall(b"X-Pad-%d: " % n + b"a" * 262144 + b"\r\n")
+                sent += 262144
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        answer = b""
+        try:
+            while data := sock.recv(65536):
+                answer += data
+        except (ConnectionResetError, TimeoutError):
+            pass
+        sock.close()
+        grown = _rss_mb(proc.pid) - before
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 431"), answer[:200]
+        assert json.loads(body)["error"]["code"] == "HEADERS_TOO_LARGE"
+        assert sent < 16 * 1024 * 1024, sent
+        assert grown < 20, grown
+        assert httpx.get(f"{url}/api/health", timeout=5).status_code == 200
+    finally:
+        stop_server(proc)
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_ordinary_requests_with_a_large_body_are_not_mistaken_for_a_long_head(live_server_url):
+    import httpx
+
+    # Head and a 900 KB body arrive together in large reads: only the head counts.
+    answer = httpx.post(
+        f"{live_server_url}/api/shards",
+        content=b'{"id": "' + b"x" * 900_000 + b'"}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert answer.status_code == 401  # refused for the missing key, not the head
