@@ -132,8 +132,9 @@ def test_a_forwarded_for_header_does_not_change_whose_rate_limit_a_request_count
         ]
     finally:
         stop_server(proc)
-    # The server's start-up health probe may have used one of the three.
-    assert statuses in ([401, 401, 401, 429, 429], [401, 401, 429, 429, 429]), statuses
+    # At most three pass, all counted against 127.0.0.1. Fewer may: the start-up
+    # health probe, and on Redis other tests' requests this minute, count there too.
+    assert statuses[3:] == [429, 429], statuses
 
 
 def _rss_mb(pid: int) -> float:
