@@ -3,7 +3,6 @@ over real sockets, and its one-write transport on its own."""
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 
@@ -137,48 +136,27 @@ def test_a_forwarded_for_header_does_not_change_whose_rate_limit_a_request_count
     assert statuses[3:] == [429, 429], statuses
 
 
-def _rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        line = next(line for line in status if line.startswith("VmRSS"))
-    return int(line.split()[1]) / 1024
-
-
 @pytest.mark.live
 @pytest.mark.django_db(transaction=True)
 def test_headers_that_never_end_are_refused_past_64_kb_and_never_held():
     """httptools keeps whatever precedes the blank line: 50 MB of headers grew
     the process by 47 MB before this bound (Daphne's Twisted stopped at 16 KB)."""
-    import httpx
 
     from tests.conftest import server_env, start_server, stop_server
+    from tests.site.rawhttp import flood_outcome
 
     proc, url = start_server(server_env())
     try:
-        before = _rss_mb(proc.pid)
-        host, port = url.removeprefix("http://").split(":")
-        sock = socket.create_connection((host, int(port)), timeout=10)
-        sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-        sent = 0
-        try:
-            for n in range(200):  # up to 50 MB
-                sock.sendall(b"X-Pad-%d: " % n + b"a" * 262144 + b"\r\n")
-                sent += 262144
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        answer = b""
-        try:
-            while data := sock.recv(65536):
-                answer += data
-        except (ConnectionResetError, TimeoutError):
-            pass
-        sock.close()
-        grown = _rss_mb(proc.pid) - before
-        head, _, body = answer.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 431"), answer[:200]
-        assert json.loads(body)["error"]["code"] == "HEADERS_TOO_LARGE"
-        assert sent < 16 * 1024 * 1024, sent
-        assert grown < 20, grown
-        assert httpx.get(f"{url}/api/health", timeout=5).status_code == 200
+        outcome = flood_outcome(
+            url,
+            proc.pid,
+            b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+            (b"X-Pad-%d: " % n + b"a" * 262144 + b"\r\n" for n in range(200)),  # ~50 MB
+        )
+        assert (outcome["status"], outcome["code"]) == (431, "HEADERS_TOO_LARGE"), outcome
+        assert outcome["sent"] < 16 * 1024 * 1024, outcome
+        assert outcome["grown_mb"] < 20, outcome
+        assert outcome["healthy"]
     finally:
         stop_server(proc)
 

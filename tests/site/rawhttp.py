@@ -1,0 +1,60 @@
+"""Raw-socket helpers for tests that send what no HTTP client would."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def send_until_refused(url: str, head: bytes, pieces: Iterable[bytes]) -> tuple[bytes, int]:
+    """Sends ``head``, then ``pieces`` until they run out or the server stops
+    reading; returns what it answered and how many bytes of ``pieces`` went out."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(head)
+    sent = 0
+    try:
+        for piece in pieces:
+            sock.sendall(piece)
+            sent += len(piece)
+    except (BrokenPipeError, ConnectionResetError, TimeoutError):
+        pass
+    answer = b""
+    try:
+        while data := sock.recv(65536):
+            answer += data
+    except (ConnectionResetError, TimeoutError):
+        pass
+    sock.close()
+    return answer, sent
+
+
+def flood_outcome(url: str, pid: int, head: bytes, pieces: Iterable[bytes]) -> dict:
+    """Sends a flood (``send_until_refused``) to the server process ``pid``:
+    returns its status, error code, the bytes it let in, how much it grew (MB),
+    and whether it still answers health afterwards."""
+    import json
+    import time
+
+    import httpx
+
+    before = rss_mb(pid)
+    answer, sent = send_until_refused(url, head, pieces)
+    time.sleep(0.5)
+    status_line, _, rest = answer.partition(b"\r\n")
+    _, _, body = rest.partition(b"\r\n\r\n")
+    return {
+        "status": int(status_line.split()[1]) if status_line else None,
+        "code": json.loads(body)["error"]["code"] if body else None,
+        "sent": sent,
+        "grown_mb": rss_mb(pid) - before,
+        "healthy": httpx.get(f"{url}/api/health", timeout=5).status_code == 200,
+    }
