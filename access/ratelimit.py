@@ -105,8 +105,9 @@ class LocalCounts:
 # Below half its limit, a count reaches Redis once per BATCH requests of this
 # process (or every SYNC_SECONDS), not once per request: the round trip was
 # 14 % of a GET's CPU on PostgreSQL + Redis (profiled). A process holds back at
-# most BATCH - 1 requests nobody else has seen, so with P processes a key can
-# pass its limit by at most P x (BATCH - 1); from half its limit on, every
+# most BATCH - 1 requests nobody else has seen, and answers at most BATCH - 1
+# on a view that others may since have outgrown, so with P processes a key can
+# pass its limit by at most 2 x P x (BATCH - 1); from half its limit on, every
 # request is counted in Redis before it is answered, and with one process the
 # count is exact throughout (its own hits are all it holds back).
 BATCH = 8

@@ -350,6 +350,11 @@ ZEROLOCK_MAX_WATCHES_PER_KEY = env_int("ZEROLOCK_MAX_WATCHES_PER_KEY", 100)
 # Request bodies above this get 413 PAYLOAD_TOO_LARGE.
 ZEROLOCK_MAX_BODY_BYTES = env_int("ZEROLOCK_MAX_BODY_BYTES", 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = ZEROLOCK_MAX_BODY_BYTES
+# A request line and headers larger than this get 431 (zerolock_site/uvicorn_server.py).
+ZEROLOCK_MAX_HEAD_BYTES = env_int("ZEROLOCK_MAX_HEAD_BYTES", 64 * 1024)
+# How long uvicorn keeps an idle kept-alive connection: well above clients' own
+# pool expiry (httpx: 5 s), so the server is never the one to close first.
+ZEROLOCK_KEEP_ALIVE_SECONDS = env_int("ZEROLOCK_KEEP_ALIVE_SECONDS", 120)
 # JSON bodies nested deeper than this get 400 (json.loads recurses per level and
 # failed near 1,000; values in the tests nest a handful of levels).
 ZEROLOCK_MAX_JSON_DEPTH = env_int("ZEROLOCK_MAX_JSON_DEPTH", 64)

@@ -22,19 +22,15 @@ import socket
 from typing import Any
 
 import uvicorn
+from django.conf import settings
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 # What is left once the bridge has drained: sockets and watch streams, which
 # end as soon as they are told to.
 AFTER_DRAIN_SECONDS = 1
-# How long an idle kept-alive connection stays open. uvicorn's 5 s equals
-# httpx's own pool expiry: a client reusing a connection just as the server
-# closed it got a ReadError on a POST it cannot safely resend (80 appenders
-# hit it about once in six runs). Well above the clients' expiry, the server
-# is never the one to close first; Daphne never closed an idle connection.
-KEEP_ALIVE_SECONDS = int(os.environ.get("ZEROLOCK_KEEP_ALIVE_SECONDS", "120"))
-# A request line and headers larger than this are refused (431).
-MAX_HEAD_BYTES = int(os.environ.get("ZEROLOCK_MAX_HEAD_BYTES", "65536"))
+# Settings come from the one settings module (env-driven), read without
+# setting Django up: the application import does that.
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zerolock_site.settings")
 
 
 class _HeadWithBody:
@@ -88,7 +84,7 @@ class ZeroLockHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with one write per answer, and a bound on a
     request's head: httptools keeps whatever arrives before the blank line, so
     one client sending 50 MB of headers grew the process by 47 MB (Daphne's
-    Twisted stopped at 16 KB). Past MAX_HEAD_BYTES the client gets 431 and the
+    Twisted stopped at 16 KB). Past ZEROLOCK_MAX_HEAD_BYTES the client gets 431 and the
     connection is closed."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -112,14 +108,15 @@ class ZeroLockHttpProtocol(HttpToolsProtocol):
         # Counted after feeding, so a chunk that completes a head never counts:
         # at most one read past the bound is ever held.
         self._head_bytes += len(data)
-        if self._head_bytes > MAX_HEAD_BYTES:
+        limit = settings.ZEROLOCK_MAX_HEAD_BYTES
+        if self._head_bytes > limit:
             from common.errors import envelope  # the app (and Django) is loaded by now
 
             body = json.dumps(
                 envelope(
                     "HEADERS_TOO_LARGE",
-                    f"The request line and headers exceed {MAX_HEAD_BYTES} bytes.",
-                    limit_bytes=MAX_HEAD_BYTES,
+                    f"The request line and headers exceed {limit} bytes.",
+                    limit_bytes=limit,
                 )
             ).encode()
             self.transport.write(
@@ -159,7 +156,10 @@ def config(host: str, port: int) -> uvicorn.Config:
         # then pose as any address to the per-address rate limit (decisions.md).
         proxy_headers=False,
         timeout_graceful_shutdown=AFTER_DRAIN_SECONDS,
-        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        # uvicorn's 5 s equals httpx's own pool expiry: a client reusing a
+        # connection just as the server closed it lost a POST it cannot safely
+        # resend (80 appenders, about once in six runs). Daphne never closed one.
+        timeout_keep_alive=settings.ZEROLOCK_KEEP_ALIVE_SECONDS,
         # The supervisor's log carries uvicorn's start and stop lines.
         log_level=os.environ.get("ZEROLOCK_SERVER_LOG_LEVEL", "info"),
     )
