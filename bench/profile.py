@@ -80,6 +80,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument(
+        "--one-shard",
+        action="store_true",
+        help="every thread on shard p0 (as bench/peer.py's appenders share one array)",
+    )
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument(
         "--gil",
@@ -92,7 +97,7 @@ def main() -> None:
     with running_server(args.server, args.db, keep_data=False) as server:
         headers = {"X-API-Key": server.api_key, "X-Agent-Id": "profiler"}
         with httpx.Client(base_url=server.url, headers=headers) as setup:
-            for n in range(args.threads):
+            for n in range(1 if args.one_shard else args.threads):
                 body: dict = {"id": f"p{n}", "type": "decision", "initial_value": {"n": 0}}
                 if args.mode == "append":
                     body = {
@@ -127,23 +132,24 @@ def main() -> None:
         stop = time.monotonic() + args.seconds
 
         def agent(n: int) -> None:
+            shard = "p0" if args.one_shard else f"p{n}"
             with httpx.Client(
                 base_url=server.url, headers={**headers, "X-Agent-Id": f"a{n}"}, timeout=60
             ) as c:
-                version = c.get(f"/api/shards/p{n}").json()["version"]
+                version = c.get(f"/api/shards/{shard}").json()["version"]
                 while time.monotonic() < stop:
                     started = time.perf_counter()
                     if args.mode == "get":
-                        r = c.get(f"/api/shards/p{n}")
+                        r = c.get(f"/api/shards/{shard}")
                     elif args.mode == "commit":
                         r = c.post(
-                            f"/api/shards/p{n}/commit",
+                            f"/api/shards/{shard}/commit",
                             json={"expected_version": version, "new_value": {"n": version}},
                         )
                         version = r.json().get("version", version)
                     else:
                         r = c.post(
-                            f"/api/shards/p{n}/commit",
+                            f"/api/shards/{shard}/commit",
                             json={"append": [version]},
                             headers={"Prefer": "return=minimal"},
                         )
