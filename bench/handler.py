@@ -18,9 +18,11 @@ the figure to compare before and after a change to that part.
 from __future__ import annotations
 
 import argparse
+import atexit
 import io
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -43,7 +45,12 @@ def main() -> None:
     # standard library's (cProfile imports it).
     sys.path[0] = str(ROOT)
     os.environ["DJANGO_SETTINGS_MODULE"] = "zerolock_site.settings"
-    os.environ["ZEROLOCK_DATA_DIR"] = tempfile.mkdtemp(prefix="zerolock-handler-")
+    data_dir = tempfile.mkdtemp(prefix="zerolock-handler-")
+    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+    os.environ["ZEROLOCK_DATA_DIR"] = data_dir
+    # The embedded defaults, whatever this shell points at: it migrates and writes.
+    os.environ.pop("DATABASE_URL", None)
+    os.environ.pop("REDIS_URL", None)
     os.environ["ZEROLOCK_BENCH_FLOOR"] = "true"  # the floor view, as bench/peer.py serves it
     # One client sends every request: the per-address limit would stop it.
     os.environ["ZEROLOCK_RATE_LIMIT_PER_MINUTE"] = "1000000000"
