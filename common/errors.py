@@ -110,6 +110,15 @@ def too_large_envelope() -> dict[str, Any]:
     return envelope("PAYLOAD_TOO_LARGE", f"Request body exceeds {limit} bytes.", limit_bytes=limit)
 
 
+def headers_too_large_envelope() -> dict[str, Any]:
+    limit = settings.ZEROLOCK_MAX_HEAD_BYTES
+    return envelope(
+        "HEADERS_TOO_LARGE",
+        f"The request line and headers exceed {limit} bytes.",
+        limit_bytes=limit,
+    )
+
+
 _STATUS_CODES = {
     400: "BAD_REQUEST",
     401: "UNAUTHENTICATED",

@@ -14,26 +14,20 @@ WSGI servers, where Django reads no chunked body at all).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.conf import settings
 
 from common.errors import too_large_envelope
 
+from .raw_answers import closing_json
+
 
 def _refuse(request: Any) -> None:
     """Answers 413 at once and closes: the rest of the body is never read."""
     request._zerolock_refused = True
-    body = json.dumps(too_large_envelope()).encode()
-    head = (
-        b"HTTP/1.1 413 Payload Too Large\r\n"
-        b"Content-Type: application/json\r\n"
-        b"Content-Length: %d\r\n"
-        b"Connection: close\r\n\r\n" % len(body)
-    )
     transport = request.channel.transport
-    transport.write(head + body)
+    transport.write(closing_json(413, b"Payload Too Large", too_large_envelope()))
     transport.loseConnection()
 
 

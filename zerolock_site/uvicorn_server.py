@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import os
 import socket
 from typing import Any
@@ -25,6 +24,8 @@ from typing import Any
 import uvicorn
 from django.conf import settings
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .raw_answers import closing_json
 
 # What is left once the bridge has drained: sockets and watch streams, which
 # end as soon as they are told to.
@@ -109,21 +110,11 @@ class ZeroLockHttpProtocol(HttpToolsProtocol):
         # Counted after feeding, so a chunk that completes a head never counts:
         # at most one read past the bound is ever held.
         self._head_bytes += len(data)
-        limit = settings.ZEROLOCK_MAX_HEAD_BYTES
-        if self._head_bytes > limit:
-            from common.errors import envelope  # the app (and Django) is loaded by now
+        if self._head_bytes > settings.ZEROLOCK_MAX_HEAD_BYTES:
+            from common.errors import headers_too_large_envelope  # Django is set up by now
 
-            body = json.dumps(
-                envelope(
-                    "HEADERS_TOO_LARGE",
-                    f"The request line and headers exceed {limit} bytes.",
-                    limit_bytes=limit,
-                )
-            ).encode()
             self.transport.write(
-                b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-                b"content-type: application/json\r\n"
-                b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body
+                closing_json(431, b"Request Header Fields Too Large", headers_too_large_envelope())
             )
             self.transport.close()
 
