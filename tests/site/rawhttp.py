@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import time
 from collections.abc import Iterable
 from pathlib import Path
+
+import httpx
 
 
 def rss_mb(pid: int) -> float:
@@ -41,11 +45,6 @@ def flood_outcome(url: str, pid: int, head: bytes, pieces: Iterable[bytes]) -> d
     """Sends a flood (``send_until_refused``) to the server process ``pid``:
     returns its status, error code, the bytes it let in, how much it grew (MB),
     and whether it still answers health afterwards."""
-    import json
-    import time
-
-    import httpx
-
     before = rss_mb(pid)
     answer, sent = send_until_refused(url, head, pieces)
     time.sleep(0.5)
@@ -58,3 +57,15 @@ def flood_outcome(url: str, pid: int, head: bytes, pieces: Iterable[bytes]) -> d
         "grown_mb": rss_mb(pid) - before,
         "healthy": httpx.get(f"{url}/api/health", timeout=5).status_code == 200,
     }
+
+
+def assert_refused_unharmed(
+    outcome: dict, status: int, code: str, *, sent_below: int, grown_below_mb: float
+) -> None:
+    """The flood got ``status`` and ``code``, the server stopped reading it
+    before ``sent_below`` bytes, grew less than ``grown_below_mb`` and still
+    answers health."""
+    assert (outcome["status"], outcome["code"]) == (status, code), outcome
+    assert outcome["sent"] < sent_below, outcome
+    assert outcome["grown_mb"] < grown_below_mb, outcome
+    assert outcome["healthy"], outcome

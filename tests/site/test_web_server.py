@@ -3,10 +3,19 @@ over real sockets, and its one-write transport on its own."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import socket
+import sys
 import time
 
+import httpx
 import pytest
+
+from tests.conftest import server_env, start_server, stop_server
+from tests.site.rawhttp import assert_refused_unharmed, flood_outcome
+from zerolock_site import uvicorn_server
+from zerolock_site.uvicorn_server import _HeadWithBody
 
 
 def _get_health(sock: socket.socket) -> bytes:
@@ -60,10 +69,6 @@ class _Recorder:
 
 
 def _head_with_body(coroutine_body):
-    import asyncio
-
-    from zerolock_site.uvicorn_server import _HeadWithBody
-
     async def run() -> _Recorder:
         recorder = _Recorder()
         await coroutine_body(_HeadWithBody(recorder))  # type: ignore[arg-type]
@@ -84,8 +89,6 @@ def test_an_answers_head_and_body_leave_in_one_write():
 
 
 def test_a_head_with_nothing_behind_it_leaves_on_the_loops_next_turn():
-    import asyncio
-
     seen: list[list[bytes]] = []
 
     async def stream(transport):
@@ -117,10 +120,6 @@ def test_close_sends_a_held_head_first_and_other_calls_reach_the_transport():
 def test_a_forwarded_for_header_does_not_change_whose_rate_limit_a_request_counts_against():
     """uvicorn trusts X-Forwarded-For from 127.0.0.1 by default; ZeroLock trusts
     no proxy header, so each guess below counts against the one real address."""
-    import httpx
-
-    from tests.conftest import server_env, start_server, stop_server
-
     env = server_env()
     env["ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE"] = "3"
     proc, url = start_server(env)
@@ -141,10 +140,6 @@ def test_a_forwarded_for_header_does_not_change_whose_rate_limit_a_request_count
 def test_headers_that_never_end_are_refused_past_64_kb_and_never_held():
     """httptools keeps whatever precedes the blank line: 50 MB of headers grew
     the process by 47 MB before this bound (Daphne's Twisted stopped at 16 KB)."""
-
-    from tests.conftest import server_env, start_server, stop_server
-    from tests.site.rawhttp import flood_outcome
-
     proc, url = start_server(server_env())
     try:
         outcome = flood_outcome(
@@ -153,10 +148,9 @@ def test_headers_that_never_end_are_refused_past_64_kb_and_never_held():
             b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n",
             (b"X-Pad-%d: " % n + b"a" * 262144 + b"\r\n" for n in range(200)),  # ~50 MB
         )
-        assert (outcome["status"], outcome["code"]) == (431, "HEADERS_TOO_LARGE"), outcome
-        assert outcome["sent"] < 16 * 1024 * 1024, outcome
-        assert outcome["grown_mb"] < 20, outcome
-        assert outcome["healthy"]
+        assert_refused_unharmed(
+            outcome, 431, "HEADERS_TOO_LARGE", sent_below=16 * 1024 * 1024, grown_below_mb=20
+        )
     finally:
         stop_server(proc)
 
@@ -164,8 +158,6 @@ def test_headers_that_never_end_are_refused_past_64_kb_and_never_held():
 @pytest.mark.live
 @pytest.mark.django_db(transaction=True)
 def test_ordinary_requests_with_a_large_body_are_not_mistaken_for_a_long_head(live_server_url):
-    import httpx
-
     # Head and a 900 KB body arrive together in large reads: only the head counts.
     answer = httpx.post(
         f"{live_server_url}/api/shards",
@@ -179,11 +171,6 @@ def test_the_server_freezes_what_it_loaded_before_it_serves(monkeypatch):
     """Full collections must not walk the ~130,000 objects loaded at start
     (a 120-230 ms pause of the whole process each, measured): main() freezes
     them after loading the application and before serving."""
-    import gc
-    import sys
-
-    from zerolock_site import uvicorn_server
-
     frozen_at_start: list[int] = []
     monkeypatch.setattr(
         uvicorn_server.ZeroLockServer,
