@@ -154,6 +154,19 @@ def scope_check(key: ApiKey, shard_ids: Iterable[str]) -> None:
         )
 
 
+def reads_check(key: ApiKey, *, agent_id: str = "", shard_ids: Iterable[str] = ()) -> None:
+    """What an open socket or stream needs to go on: the agent it acts as, and
+    ``shard:read`` with scope over every shard id (or watched id prefix) it
+    reads. The one check, whatever the transport (``GET /api/watch``,
+    /ws/agents/, /ws/crdt/): when it opens, and again each time its key changes
+    (realtime.keywatch), so a narrowed key ends what it no longer covers."""
+    agent_check(key, agent_id)
+    reads = list(shard_ids)
+    if reads:
+        permission_check(key, "shard:read")
+        scope_check(key, reads)
+
+
 def can_watch(user: Any) -> bool:
     """Who may see the console and the live pages: staff, or anyone allowed to
     see approvals."""

@@ -14,16 +14,17 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from access.auth import agent_check, can_watch, permission_check, scope_check
+from access.auth import agent_check, can_watch, permission_check, reads_check, scope_check
 from access.handshakes import handshake_blocked, handshake_key
 from access.keys import split_raw_key
 from common.errors import ApiError
-from coordination.watch import change_stream, latest_revision, watch_check
+from coordination.watch import watch_start
 from metrics import record
 from realtime import push
 from realtime.fanout import fanout
 from realtime.keywatch import key_watch
 from realtime.sweeper import ensure_sweeping, sweeping_release
+from realtime.watch import change_stream, open_watches
 from shards.models import SHARD_ID_REGEX
 
 SHARD_ID = re.compile(SHARD_ID_REGEX)
@@ -112,8 +113,7 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
         key_watch.register(key, self)
 
     async def disconnect(self, code: int) -> None:
-        if self.watcher is not None:
-            self.watcher.cancel()
+        self._unwatch()
         if self.key is None:
             return
         key_watch.unregister(self.key.prefix, self)
@@ -127,18 +127,15 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
     async def key_changed(self, key: Any) -> None:
         """The key's grants changed (keywatch): keep going on the new ones if they
         still cover what this socket does, otherwise close it (4403)."""
-        still_allowed = (
-            (not self.agent_id or key.allows_agent(self.agent_id))
-            and (
-                (not self.subscriptions and self.watch_prefix is None)
-                or key.has_permission("shard:read")
-            )
-            and all(key.allows_shard(s) for s in self.subscriptions)
-            and (self.watch_prefix is None or key.allows_shard(self.watch_prefix))
-        )
-        self.key = key
-        if not still_allowed:
+        reads = set(self.subscriptions)
+        if self.watch_prefix is not None:
+            reads.add(self.watch_prefix)
+        try:
+            reads_check(key, agent_id=self.agent_id, shard_ids=reads)
+        except ApiError:
             await self.close(code=CLOSE_NOT_ALLOWED)
+            return
+        self.key = key
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         """Bad input gets an error frame, never a server error: a frame that is
@@ -196,12 +193,24 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
             raise ApiError(
                 400, "VALIDATION_ERROR", "watch takes a prefix string and a since revision."
             )
-        since = await database_sync_to_async(watch_start)(key=self.key, prefix=prefix, since=since)
-        if self.watcher is not None:
+        key = self.key
+        assert key is not None  # set before the socket was accepted
+        since = await database_sync_to_async(watch_start)(key=key, prefix=prefix, since=since)
+        if self.watcher is None:
+            # One watch per socket, counted with the key's SSE streams.
+            open_watches.acquire(key.prefix)
+        else:
             self.watcher.cancel()
         self.watch_prefix = prefix
         self.watcher = asyncio.get_running_loop().create_task(self._watch(prefix, since))
         await self.send_json({"type": "watching", "prefix": prefix, "since": since})
+
+    def _unwatch(self) -> None:
+        if self.watcher is not None:
+            self.watcher.cancel()
+            self.watcher = None
+            if self.key is not None:
+                open_watches.release(self.key.prefix)
 
     async def _watch(self, prefix: str, since: int) -> None:
         async for change in change_stream(prefix=prefix, since=since):
@@ -244,13 +253,6 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
             return
         await self.send_json(message)
         record.recorder.count(record.WS_SENT)
-
-
-def watch_start(*, key: Any, prefix: str, since: int | None) -> int:
-    if since is None:
-        since = latest_revision()
-    watch_check(prefix=prefix, since=since, key=key)
-    return since
 
 
 MAX_SUBSCRIBE = 1000

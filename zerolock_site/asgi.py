@@ -16,8 +16,8 @@ from django.http import Http404, HttpRequest  # noqa: E402
 from django.http.response import HttpResponseBase  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from coordination.watch import WatchEvents  # noqa: E402
 from realtime.consumers import AgentConsumer, LiveConsumer  # noqa: E402
+from realtime.watch import WatchEvents  # noqa: E402
 from realtime.yjs import ShardYjsConsumer  # noqa: E402
 
 from .autobahn_debug import install_autobahn_cheap_debug  # noqa: E402

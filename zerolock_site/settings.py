@@ -345,7 +345,8 @@ ZEROLOCK_KEY_CACHE_SECONDS = env_float("ZEROLOCK_KEY_CACHE_SECONDS", 0.5)
 ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE = env_int("ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE", 100)
 # Shard ids one /ws/agents/ socket may subscribe to at once.
 ZEROLOCK_MAX_SUBSCRIPTIONS_PER_SOCKET = env_int("ZEROLOCK_MAX_SUBSCRIPTIONS_PER_SOCKET", 1000)
-# GET /api/watch streams one key may hold open in one server process.
+# Watches one key may hold open in one server process: GET /api/watch streams
+# and /ws/agents/ watches together.
 ZEROLOCK_MAX_WATCHES_PER_KEY = env_int("ZEROLOCK_MAX_WATCHES_PER_KEY", 100)
 # Request bodies above this get 413 PAYLOAD_TOO_LARGE.
 ZEROLOCK_MAX_BODY_BYTES = env_int("ZEROLOCK_MAX_BODY_BYTES", 1024 * 1024)

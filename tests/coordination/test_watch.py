@@ -182,3 +182,34 @@ def test_a_key_holds_at_most_its_cap_of_open_watches_and_gets_one_back_when_one_
             assert again.status_code == 200
     finally:
         stop_server(proc)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_socket_watches_count_toward_the_keys_cap_and_a_replaced_watch_counts_once(
+    settings,
+):
+    settings.ZEROLOCK_MAX_WATCHES_PER_KEY = 2
+    _, raw = await sync_to_async(api_key_create)(name="w", permissions=["shard:read"])
+
+    async def watching() -> tuple[WebsocketCommunicator, dict]:
+        socket = WebsocketCommunicator(
+            application, "/ws/agents/", headers=[(b"x-api-key", raw.encode())]
+        )
+        assert (await socket.connect())[0]
+        await socket.send_json_to({"type": "watch", "prefix": "w."})
+        return socket, await socket.receive_json_from()
+
+    first, answer = await watching()
+    assert answer["type"] == "watching"
+    await first.send_json_to({"type": "watch", "prefix": "w.1"})  # replaces its own
+    assert (await first.receive_json_from())["type"] == "watching"
+    second, answer = await watching()
+    assert answer["type"] == "watching"
+    third, refused = await watching()
+    assert (refused["type"], refused["code"], refused["limit"]) == ("error", "TOO_MANY_WATCHES", 2)
+    await first.disconnect()
+    await third.send_json_to({"type": "watch", "prefix": "w."})  # the closed one's place
+    assert (await third.receive_json_from())["type"] == "watching"
+    await second.disconnect()
+    await third.disconnect()
+    await asyncio.sleep(0)

@@ -275,7 +275,7 @@ def test_unknown_api_paths_and_wrong_methods_answer_in_the_envelope(planner):
 
 
 async def test_a_crash_while_opening_a_watch_is_a_json_500_not_daphnes_html(monkeypatch):
-    from coordination import watch
+    from realtime import watch
 
     async def explode(*args):
         raise RuntimeError("database went away")
