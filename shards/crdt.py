@@ -38,6 +38,16 @@ class AdditiveOp:
         return {{"patch": "new_value"}.get(self.kind, self.kind): self.payload}
 
 
+def additions(op: AdditiveOp) -> Any:
+    """What an operation adds, as its own JSON value: an append's items, the keys a
+    patch sets (as an object; deletions add nothing), None for a text delta."""
+    if op.kind == "append":
+        return op.payload
+    if op.kind == "patch":
+        return {key: item for key, item in op.payload.items() if item is not None}
+    return None
+
+
 def unsupported(message: str) -> ApiError:
     return ApiError(400, "UNSUPPORTED_DIFF", message)
 

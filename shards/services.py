@@ -29,7 +29,7 @@ from .deliveries import recorder
 from .hooks import hooks
 from .models import CrdtUpdate, Delivery, OwnerPolicy, Shard, ShardType
 from .selectors import ShardNotFound, shard_current_value, shard_get
-from .value_schema import schema_check, value_validate
+from .value_schema import additions_validate, merged_validate, schema_check, value_validate
 from .writer import (
     CommitResult,
     conflict_record,
@@ -391,6 +391,9 @@ def additive_commit(*, actor: Actor, shard: Shard, body: dict[str, Any]) -> Comm
     commit_rules_check(actor, shard, body.get("approval_id"))
     op = crdt.parse_op(shard.crdt_kind, body)
     fence = fence_parse(body.get("fence"))
+    # What the schema says of each added item or key is checked here, outside the
+    # write lock; only the whole-value keywords (maxItems, required, ...) under it.
+    checked = additions_validate(shard.value_schema, shard.crdt_kind, crdt.additions(op))
 
     def change(doc: Any, value: Any) -> tuple[bytes | None, Any]:
         return crdt.apply_op(shard.crdt_kind, doc, value, op)
@@ -403,6 +406,7 @@ def additive_commit(*, actor: Actor, shard: Shard, body: dict[str, Any]) -> Comm
             change=change,
             op_json=op.as_json(),
             fence=fence,
+            additions_checked=checked,
         )
     )
     assert result is not None  # a parsed op always changes the Doc
@@ -447,10 +451,13 @@ def additive_apply_locked(
     op_json: dict[str, Any] | None,
     origin: str = "",
     fence: int | None = None,
+    additions_checked: bool = False,
 ) -> CommitResult | None:
     """The CRDT merge: one change applied to the shard's Doc under the write lock
     (the caller's write transaction), its update logged in that transaction,
-    then pushed to Yjs clients. ``op_json`` None means a raw Yjs update."""
+    then pushed to Yjs clients. ``op_json`` None means a raw Yjs update.
+    ``additions_checked``: the caller checked what the change adds
+    (``additions_validate``), so only the whole-value keywords are left."""
     shard_id = shard.id
     # Re-read under the write lock: the database is the only truth. The rules in
     # ``shard`` hold for its incarnation only: a shard deleted (and perhaps
@@ -470,7 +477,7 @@ def additive_apply_locked(
     update, value = change(loaded.doc, loaded.value)
     if update is None:
         return None  # left uncached: the Doc may hold the update's pending parts
-    value_validate(shard.value_schema, value)
+    merged_validate(shard.value_schema, shard.crdt_kind, value, additions_checked=additions_checked)
     if op_json is None:
         op_json = crdt.yjs_op(update)
     version = row["version"] + 1

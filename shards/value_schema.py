@@ -15,9 +15,18 @@ a's held the GIL for 17 s, and the whole server with it). So here:
   ``format: regex`` check of a schema's own patterns use RE2, which matches in
   linear time; a pattern RE2 cannot compile (backreferences, lookaround) is
   refused at create;
-- every ``$ref`` followed while validating one value spends one step of a
-  budget, so a schema that refers to itself without end, or a tree of refs that
-  doubles at each level, answers 400 instead of hanging or 500;
+- every keyword applied while validating one value spends steps of a budget
+  (one, plus one per item or property of the value it walks), and the
+  validation's CPU time is held to ``ZEROLOCK_SCHEMA_BUDGET_MS``, so nothing a
+  schema can say makes validation run without bound: a ``$ref`` loop, a tree of
+  refs that doubles at each level, a wide ``anyOf`` over a long array. Past the
+  budget the answer is 400 SCHEMA_TOO_COSTLY;
+- ``uniqueItems`` and ``enum`` compare values by a canonical, hashable form in
+  linear time (jsonschema compares objects pairwise: a 77 KB array took 29.7 s);
+- a schema whose ``anyOf``/``oneOf``/``allOf``/refs branch out to more than
+  ``ZEROLOCK_SCHEMA_MAX_BRANCHES`` subschemas at one place in the value is
+  refused at create (400 SCHEMA_TOO_COSTLY): the width that multiplies every
+  item's cost is judged where it is written, not on each commit;
 - size and depth of a schema are capped (settings ``ZEROLOCK_SCHEMA_MAX_BYTES``,
   ``ZEROLOCK_SCHEMA_MAX_DEPTH``).
 
@@ -33,6 +42,7 @@ import contextvars
 import functools
 import json
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -48,12 +58,36 @@ from jsonschema.exceptions import best_match
 from common.boundeddiff import json_too_deep
 from common.errors import ApiError
 
-# $ref follows allowed while validating one value. A tree schema follows one
-# per node of the value; a self-reference without end or a ref tree that
-# doubles at each level runs out instead of hanging. One step costs about 20 us
-# here, so the budget is about 0.2 s: less than a 1 MB value costs to validate
-# against a plain schema without refs.
-REF_STEP_BUDGET = 10_000
+# Every keyword applied spends a step, and so does every item or property a
+# keyword walks (``items``, ``properties``, ...); each CLOCK_EVERY steps the
+# validation's CPU time is compared with its budget (ZEROLOCK_SCHEMA_BUDGET_MS).
+# Time, not steps alone, is the bound: a step that fails an anyOf branch costs
+# 20 times one that passes a type check (bench/schema_cost.py).
+CLOCK_EVERY = 64
+# Keywords that walk the items or properties of the value they are given.
+_WALKERS = frozenset(
+    {
+        "items",
+        "prefixItems",
+        "additionalItems",
+        "contains",
+        "unevaluatedItems",
+        "properties",
+        "patternProperties",
+        "additionalProperties",
+        "propertyNames",
+        "unevaluatedProperties",
+        "dependentSchemas",
+        "dependentRequired",
+        "dependencies",
+        "required",
+    }
+)
+# Keywords that apply subschemas to the same place in the value (their widths add up).
+_IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
+_IN_PLACE_ONE = ("not", "if", "then", "else")
+# Enums at least this long are looked up by canonical form instead of compared one by one.
+_ENUM_LOOKUP_FROM = 8
 # Distinct schemas kept built; a commit looks its shard's schema up here.
 VALIDATOR_CACHE_SIZE = 256
 # Distinct compiled patterns kept.
@@ -66,15 +100,17 @@ _PROBES: tuple[Any, ...] = (None, True, 0, 1.5, "", [], {})
 
 
 class _Refused(Exception):
-    """The schema cannot be used safely; ``reason`` says why (no outside content)."""
+    """The schema cannot be used safely; ``reason`` says why (no outside content),
+    ``code`` is the refusal's error code."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, code: str = "VALIDATION_ERROR") -> None:
         super().__init__(reason)
         self.reason = reason
+        self.code = code
 
 
 class _TooCostly(Exception):
-    """The ref-step budget of one validation ran out."""
+    """The CPU budget of one validation ran out."""
 
 
 # --- regular expressions: RE2 ---------------------------------------------------
@@ -183,21 +219,89 @@ def _additional_properties(upstream: Callable[..., Any]) -> Callable[..., Any]:
     return keyword
 
 
-_steps_left: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
-    "value_schema_steps_left", default=None
+# The current validation's budget: [steps until the clock is read, CPU deadline].
+_budget: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
+    "value_schema_budget", default=None
 )
 
 
-def _budgeted(upstream: Callable[..., Any]) -> Callable[..., Any]:
-    """A reference keyword that spends one step of the current validation's budget."""
+def _spend(steps: int) -> None:
+    budget = _budget.get()
+    if budget is None:
+        return
+    budget[0] -= steps
+    if budget[0] <= 0:
+        budget[0] = CLOCK_EVERY
+        if time.thread_time() > budget[1]:
+            raise _TooCostly
 
-    def keyword(validator: Any, ref: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
-        left = _steps_left.get()
-        if left is not None:
-            left[0] -= 1
-            if left[0] < 0:
-                raise _TooCostly
-        yield from upstream(validator, ref, instance, schema) or ()
+
+def _metered(keyword_name: str, upstream: Callable[..., Any]) -> Callable[..., Any]:
+    """A keyword that spends steps of the current validation's budget first: one,
+    plus one per item or property for the keywords that walk them."""
+    walks = keyword_name in _WALKERS
+
+    def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        _spend(1 + (len(instance) if walks and isinstance(instance, list | dict) else 0))
+        return upstream(validator, value, instance, schema)
+
+    return keyword
+
+
+# --- equality in linear time ------------------------------------------------------
+
+
+def canonical(value: Any) -> Any:
+    """A hashable form of a JSON value with JSON Schema's equality: 1 equals 1.0,
+    true is not 1, objects compare without regard to key order."""
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, int | float):
+        return ("n", value)  # int and float hash alike when equal
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, list):
+        return ("l", tuple(canonical(item) for item in value))
+    if isinstance(value, dict):
+        return ("o", frozenset((key, canonical(item)) for key, item in value.items()))
+    return ("z", value)
+
+
+def _unique_items(
+    validator: Any, unique: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if unique and validator.is_type(instance, "array"):
+        seen: set[Any] = set()
+        for item in instance:
+            form = canonical(item)
+            if form in seen:
+                yield ValidationError(f"{instance!r} has non-unique elements")
+                return
+            seen.add(form)
+
+
+# Canonical sets of the long enums in use, by the list's identity (the entry
+# keeps the list alive, so its id is not reused while cached).
+_enum_sets: dict[int, tuple[list[Any], frozenset[Any]]] = {}
+
+
+def _enum_set(enums: list[Any]) -> frozenset[Any]:
+    hit = _enum_sets.get(id(enums))
+    if hit is None or hit[0] is not enums:
+        if len(_enum_sets) >= 4 * VALIDATOR_CACHE_SIZE:
+            _enum_sets.clear()
+        hit = (enums, frozenset(canonical(each) for each in enums))
+        _enum_sets[id(enums)] = hit
+    return hit[1]
+
+
+def _enum(upstream: Callable[..., Any]) -> Callable[..., Any]:
+    def keyword(validator: Any, enums: Any, instance: Any, schema: Any) -> Any:
+        if not isinstance(enums, list) or len(enums) < _ENUM_LOOKUP_FROM:
+            return upstream(validator, enums, instance, schema)
+        if canonical(instance) in _enum_set(enums):
+            return ()
+        return (ValidationError(f"{instance!r} is not one of {enums!r}"),)
 
     return keyword
 
@@ -212,16 +316,18 @@ _REGISTRY: referencing.Registry = referencing.Registry(retrieve=_refuse_retrieva
 
 @functools.cache
 def _safe_class(base: type) -> type:
-    """``base`` (a draft's validator class) with RE2 patterns and budgeted refs."""
-    overrides: dict[str, Callable[..., Any]] = {
-        "pattern": _pattern,
-        "patternProperties": _pattern_properties,
-        "additionalProperties": _additional_properties(base.VALIDATORS["additionalProperties"]),
-    }
-    for keyword in _REF_KEYWORDS:
-        if keyword in base.VALIDATORS:
-            overrides[keyword] = _budgeted(base.VALIDATORS[keyword])
-    return validators.extend(base, overrides)
+    """``base`` (a draft's validator class) with RE2 patterns, linear-time
+    equality, and every keyword metered."""
+    keywords: dict[str, Callable[..., Any]] = dict(base.VALIDATORS)
+    keywords["pattern"] = _pattern
+    keywords["patternProperties"] = _pattern_properties
+    keywords["additionalProperties"] = _additional_properties(keywords["additionalProperties"])
+    if "uniqueItems" in keywords:
+        keywords["uniqueItems"] = _unique_items
+    keywords["enum"] = _enum(keywords["enum"])
+    return validators.extend(
+        base, {name: _metered(name, keyword) for name, keyword in keywords.items()}
+    )
 
 
 @functools.cache
@@ -237,9 +343,10 @@ def _schema_format_checker(base: type) -> FormatChecker:
 # --- the checks, run once per distinct schema -------------------------------------
 
 
-def _reachable(
-    root: referencing.Resource, resolver: Any, specification: Any
-) -> Iterator[dict[str, Any]]:
+Node = tuple[referencing.Resource, Any]  # a subschema and the resolver at its place
+
+
+def _reachable(root: referencing.Resource, resolver: Any, specification: Any) -> Iterator[Node]:
     """Every subschema validation can reach from the root, through subschema
     keywords and through local refs. Refuses refs that leave the document or
     lead nowhere. (A node's base URI is lexical, so each node is walked once.)"""
@@ -251,7 +358,7 @@ def _reachable(
         if not isinstance(contents, dict) or id(contents) in seen:
             continue
         seen.add(id(contents))
-        yield contents
+        yield resource, scope
         for keyword in _REF_KEYWORDS:
             ref = contents.get(keyword)
             if not isinstance(ref, str):
@@ -272,17 +379,73 @@ def _reachable(
             stack.append((sub, scope.in_subresource(sub)))
 
 
+def _in_place(node: Node, specification: Any) -> Iterator[Node]:
+    """The subschemas a node applies to the same place in the value: the
+    combinators, the conditionals, dependent schemas and references."""
+    resource, scope = node
+    contents = resource.contents
+    subs: list[Any] = []
+    for keyword in _IN_PLACE_LISTS:
+        if isinstance(contents.get(keyword), list):
+            subs.extend(contents[keyword])
+    subs.extend(contents[keyword] for keyword in _IN_PLACE_ONE if keyword in contents)
+    for keyword in ("dependentSchemas", "dependencies"):
+        if isinstance(contents.get(keyword), dict):
+            subs.extend(v for v in contents[keyword].values() if isinstance(v, dict))
+    for sub in subs:
+        if isinstance(sub, dict):
+            child = specification.create_resource(sub)
+            yield child, scope.in_subresource(child)
+    for keyword in _REF_KEYWORDS:
+        if isinstance(contents.get(keyword), str):
+            resolved = scope.lookup(contents[keyword])  # _reachable checked it resolves
+            yield specification.create_resource(resolved.contents), resolved.resolver
+
+
+def _width_check(nodes: list[Node], specification: Any) -> None:
+    """Refuses a schema that applies more than ZEROLOCK_SCHEMA_MAX_BRANCHES
+    subschemas at one place in the value: every item of an array under such a
+    place pays for all of them (a 1,000-branch ``anyOf`` over a 2 KB array kept
+    the server busy past 60 s)."""
+    limit = settings.ZEROLOCK_SCHEMA_MAX_BRANCHES
+    widths: dict[int, int] = {}
+
+    def width(node: Node) -> int:
+        key = id(node[0].contents)
+        if key in widths:
+            return widths[key]
+        widths[key] = 1  # a loop in place counts once here; the probes refuse real loops
+        total = 1
+        for child in _in_place(node, specification):
+            if isinstance(child[0].contents, dict):
+                total += width(child)
+            if total > limit:
+                break  # counting further changes nothing (and bounds this recursion)
+        widths[key] = total
+        return total
+
+    for node in nodes:
+        if width(node) > limit:
+            raise _Refused(
+                f"its anyOf/oneOf/allOf and references apply more than {limit} subschemas "
+                "at one place in the value (ZEROLOCK_SCHEMA_MAX_BRANCHES), and every item "
+                "below that place would pay for all of them; use enum for a long list of "
+                "values, or split the shard.",
+                code="SCHEMA_TOO_COSTLY",
+            )
+
+
 @dataclass(frozen=True)
 class _Built:
     validator: Any = None
-    refusal: str | None = None
+    refusal: _Refused | None = None
 
 
 def _build(schema: Any) -> _Built:
     try:
         return _Built(validator=_validator(schema))
     except _Refused as refused:
-        return _Built(refusal=refused.reason)
+        return _Built(refusal=refused)
 
 
 def _validator(schema: Any) -> Any:
@@ -302,10 +465,16 @@ def _validator(schema: Any) -> Any:
     for probe in _PROBES:
         try:
             _errors(validator, probe)
-        except (_TooCostly, RecursionError):
+        except RecursionError:
             raise _Refused(
-                "its references loop without end or branch out too far to evaluate "
-                f"(tried on the value {json.dumps(probe)})."
+                f"its references loop without end (tried on the value {json.dumps(probe)})."
+            ) from None
+        except _TooCostly:
+            raise _Refused(
+                f"it needs more than {settings.ZEROLOCK_SCHEMA_BUDGET_MS} ms of CPU to "
+                f"evaluate even the value {json.dumps(probe)}: its references loop or "
+                "branch out too far.",
+                code="SCHEMA_TOO_COSTLY",
             ) from None
     return validator
 
@@ -324,7 +493,9 @@ def _static_check(schema: dict[str, Any], base: type) -> None:
     root = specification.create_resource(schema)
     resolver = _REGISTRY.resolver_with_root(root)
     has_pattern_properties = has_unevaluated_properties = False
-    for contents in _reachable(root, resolver, specification):
+    nodes = list(_reachable(root, resolver, specification))
+    for resource, _ in nodes:
+        contents = resource.contents
         if isinstance(contents.get("pattern"), str):
             _regex(contents["pattern"])
         pattern_properties = contents.get("patternProperties")
@@ -341,11 +512,12 @@ def _static_check(schema: dict[str, Any], base: type) -> None:
             "unevaluatedProperties together with patternProperties is not supported; "
             "use additionalProperties."
         )
+    _width_check(nodes, specification)
 
 
 @functools.lru_cache(maxsize=VALIDATOR_CACHE_SIZE)
-def _built(canonical: str, max_depth: int) -> _Built:
-    # max_depth is part of the key so that a changed setting is honoured.
+def _built(canonical: str, max_depth: int, max_branches: int) -> _Built:
+    # The limits are part of the key so that a changed setting is honoured.
     return _build(json.loads(canonical))
 
 
@@ -365,18 +537,21 @@ def _compiled(schema: Any) -> Any:
             f"value_schema is {len(canonical)} bytes as compact JSON; at most {max_bytes} "
             "are accepted (ZEROLOCK_SCHEMA_MAX_BYTES).",
         )
-    built = _built(canonical, settings.ZEROLOCK_SCHEMA_MAX_DEPTH)
+    built = _built(
+        canonical, settings.ZEROLOCK_SCHEMA_MAX_DEPTH, settings.ZEROLOCK_SCHEMA_MAX_BRANCHES
+    )
     if built.refusal is not None:
-        raise ApiError(400, "VALIDATION_ERROR", f"value_schema is refused: {built.refusal}")
+        raise ApiError(400, built.refusal.code, f"value_schema is refused: {built.refusal.reason}")
     return built.validator
 
 
 def _errors(validator: Any, value: Any) -> ValidationError | None:
-    token = _steps_left.set([REF_STEP_BUDGET])
+    deadline = time.thread_time() + settings.ZEROLOCK_SCHEMA_BUDGET_MS / 1000
+    token = _budget.set([CLOCK_EVERY, deadline])
     try:
         return best_match(validator.iter_errors(value))
     finally:
-        _steps_left.reset(token)
+        _budget.reset(token)
 
 
 # --- the two entry points -------------------------------------------------------
@@ -397,12 +572,21 @@ def value_validate(schema: Any, value: Any) -> None:
     validator = _compiled(schema)
     try:
         error = _errors(validator, value)
-    except (_TooCostly, RecursionError):
+    except _TooCostly:
+        budget_ms = settings.ZEROLOCK_SCHEMA_BUDGET_MS
+        raise ApiError(
+            400,
+            "SCHEMA_TOO_COSTLY",
+            "Validating this value against the shard's value_schema needs more than "
+            f"{budget_ms} ms of CPU (ZEROLOCK_SCHEMA_BUDGET_MS); nothing was written. "
+            "Send a smaller value, or simplify the schema.",
+            budget_ms=budget_ms,
+        ) from None
+    except RecursionError:
         raise ApiError(
             400,
             "SCHEMA_VIOLATION",
-            "Value could not be validated against the shard's value_schema: it nests too "
-            f"deep or needs more than {REF_STEP_BUDGET} reference steps.",
+            "Value could not be validated against the shard's value_schema: it nests too deep.",
             path=[],
             validator="$ref",
         ) from None
@@ -420,3 +604,92 @@ def value_validate(schema: Any, value: Any) -> None:
             path=list(error.absolute_path),
             validator=error.validator,
         )
+
+
+# --- additive writes: what they add, checked before the write lock ---------------
+
+# Keywords that say nothing about the value itself (kept on both halves, so that
+# references resolve the same way).
+_META = frozenset(
+    {
+        "$schema",
+        "$id",
+        "$anchor",
+        "$dynamicAnchor",
+        "$defs",
+        "definitions",
+        "$comment",
+        "title",
+        "description",
+        "default",
+        "examples",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+    }
+)
+# Per CRDT type: keywords that hold for the whole value exactly when they hold
+# for each thing a write adds (every item of an append, every key a patch sets),
+# and the cheap keywords that need the whole value. A schema with any other
+# keyword at its root (contains, prefixItems, a root $ref, anyOf, ...) is
+# checked whole, under the lock, within the budget.
+_PER_PART: dict[str, frozenset[str]] = {
+    "array": frozenset({"type", "items"}),
+    "map": frozenset(
+        {"type", "properties", "patternProperties", "additionalProperties", "propertyNames"}
+    ),
+}
+_WHOLE: dict[str, frozenset[str]] = {
+    "array": frozenset({"type", "maxItems", "minItems", "uniqueItems"}),
+    "map": frozenset({"type", "required", "maxProperties", "minProperties"}),
+}
+
+
+@dataclass(frozen=True)
+class _Split:
+    parts: Any  # checked on what the write adds, before the lock
+    whole: Any  # checked on the merged value, under it
+
+
+@functools.lru_cache(maxsize=VALIDATOR_CACHE_SIZE)
+def _split(canonical: str, crdt_type: str) -> _Split | None:
+    schema = json.loads(canonical)
+    if crdt_type not in _PER_PART or not isinstance(schema, dict):
+        return None
+    per_part, whole = _PER_PART[crdt_type], _WHOLE[crdt_type]
+    if not set(schema) <= per_part | whole | _META:
+        return None
+    if crdt_type == "array" and not isinstance(schema.get("items", True), dict | bool):
+        return None  # items as a list (draft 4-7) is positional
+    keep = {k: v for k, v in schema.items() if k in _META}
+    return _Split(
+        parts=keep | {k: v for k, v in schema.items() if k in per_part},
+        whole=keep | {k: v for k, v in schema.items() if k in whole},
+    )
+
+
+def _split_of(schema: Any, crdt_type: str) -> _Split | None:
+    if schema is None:
+        return None
+    return _split(json.dumps(schema, sort_keys=True, separators=(",", ":")), crdt_type)
+
+
+def additions_validate(schema: Any, crdt_type: str, additions: Any) -> bool:
+    """Checks what an additive write adds (an append's items, a patch's set keys
+    as an object) against the part of the schema that holds item by item, before
+    the write lock: that part is what costs, and it does not depend on what other
+    writers add meanwhile. True when the schema splits so; the write must then
+    still pass ``merged_validate(..., additions_checked=True)`` under the lock.
+    False when it does not split: everything is checked under the lock."""
+    split = _split_of(schema, crdt_type)
+    if split is None:
+        return False
+    value_validate(split.parts, additions)
+    return True
+
+
+def merged_validate(schema: Any, crdt_type: str, value: Any, *, additions_checked: bool) -> None:
+    """The additive shard's merged value, under the write lock: only the cheap
+    whole-value keywords when its additions were checked before the lock."""
+    split = _split_of(schema, crdt_type) if additions_checked else None
+    value_validate(schema if split is None else split.whole, value)

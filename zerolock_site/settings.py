@@ -386,6 +386,15 @@ ZEROLOCK_APPROVAL_MAX_DEPTH = env_int("ZEROLOCK_APPROVAL_MAX_DEPTH", 100)
 # levels of nesting (400 VALIDATION_ERROR above); see shards/value_schema.py.
 ZEROLOCK_SCHEMA_MAX_BYTES = env_int("ZEROLOCK_SCHEMA_MAX_BYTES", 64 * 1024)
 ZEROLOCK_SCHEMA_MAX_DEPTH = env_int("ZEROLOCK_SCHEMA_MAX_DEPTH", 32)
+# Subschemas a value_schema may apply at one place in a value (anyOf, oneOf,
+# allOf, not, if/then/else, refs, counted together); wider is refused at create
+# with 400 SCHEMA_TOO_COSTLY, since every item below that place pays for each.
+ZEROLOCK_SCHEMA_MAX_BRANCHES = env_int("ZEROLOCK_SCHEMA_MAX_BRANCHES", 512)
+# CPU time validating one value against a value_schema may take; past it the
+# write gets 400 SCHEMA_TOO_COSTLY. 200 ms holds about 250 KB of ordinary
+# records (bench/schema_cost.py), and keeps a flood of costly commits from
+# holding every HTTP thread for long.
+ZEROLOCK_SCHEMA_BUDGET_MS = env_int("ZEROLOCK_SCHEMA_BUDGET_MS", 200)
 
 # --- I18N, static ------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
