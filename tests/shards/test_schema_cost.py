@@ -14,9 +14,11 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
+from access.auth import Actor
 from access.services import api_key_create
 from common.errors import ApiError
 from shards.models import Shard
+from shards.services import shard_commit, shard_create
 from shards.value_schema import canonical, schema_check, value_validate
 
 pytestmark = pytest.mark.django_db
@@ -211,18 +213,22 @@ def test_costly_appends_validate_outside_the_write_lock():
                 },
             )
             assert created.status_code == 201, created.text
-            api.post("/api/shards", json={"id": "other", "type": "decision", "initial_value": 0})
             for thread in appenders:
                 thread.start()
             time.sleep(0.5)
+            # The unrelated commits come from this process, which shares nothing
+            # with the server but the database: they wait only for its write
+            # transaction, never for its interpreter.
+            other = shard_create(actor=Actor("bystander"), shard_id="other", shard_type="decision")
             for version in range(1, 21):
                 started = time.monotonic()
-                answer = api.post(
-                    "/api/shards/other/commit",
-                    json={"expected_version": version, "new_value": version},
+                shard_commit(
+                    actor=Actor("bystander"),
+                    shard=other,
+                    expected_version=version,
+                    new_value=version,
                 )
                 waits.append(time.monotonic() - started)
-                assert answer.status_code == 200, answer.text
     finally:
         stop.set()
         for thread in appenders:
@@ -230,10 +236,12 @@ def test_costly_appends_validate_outside_the_write_lock():
         stop_server(proc)
     assert appended and set(appended) == {200}
     waits.sort()
-    # Each append spends ~0.3 s checking its items. Under the lock, the unrelated
-    # commit waited for whichever was being checked (median 0.15 s or more); outside
-    # it, it only shares the interpreter with them.
-    assert waits[len(waits) // 2] < 0.1, waits
+    print(f"unrelated commit: median {waits[10]:.3f} s, slowest {waits[-1]:.3f} s")
+    # Each append spends ~0.3 s checking its items. Checked inside the server's
+    # write transaction, they held the database's write lock that long each time,
+    # and the bystander waited for them (or timed out); outside it, it never does.
+    assert waits[len(waits) // 2] < 0.05, waits
+    assert waits[-1] < 0.25, waits
 
 
 # --- additive writes: the split is exact ---------------------------------------------
