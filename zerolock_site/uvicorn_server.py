@@ -82,6 +82,11 @@ class _HeadWithBody:
         return getattr(self._transport, name)
 
 
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback: it stops the parser mid-head, so the head
+    never reaches the application."""
+
+
 class ZeroLockHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with one write per answer, and a bound on a
     request's head: httptools keeps whatever arrives before the blank line, so
@@ -90,33 +95,65 @@ class ZeroLockHttpProtocol(HttpToolsProtocol):
     connection is closed."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._head_bytes = 0
-        self._head_done = False
+        self._head_read = 0  # bytes of the reads that ended inside this head
+        self._read_size = 0  # the read being parsed
+        self._head_too_large = False
+        self._in_head = False  # some of a head came, not yet all of it
         super().connection_made(_HeadWithBody(transport))  # type: ignore[arg-type]
 
     def on_message_begin(self) -> None:
-        self._head_bytes = 0
-        self._head_done = False
+        self._head_read = 0
+        self._in_head = True
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
-        self._head_done = True
+        # The head is no larger than the reads it came in: only when they pass
+        # the bound are its own bytes counted (the request line and headers as
+        # httptools hands them over, so a large body in the same read never
+        # counts). Raised, the parser stops: the head never reaches the
+        # application, even when all of it came in one read.
+        limit = settings.ZEROLOCK_MAX_HEAD_BYTES
+        if self._head_read + self._read_size > limit and self._head_size() > limit:
+            self._head_too_large = True
+            raise _HeadTooLarge
+        self._in_head = False
         super().on_headers_complete()
 
     def data_received(self, data: bytes) -> None:
+        self._read_size = len(data)
         super().data_received(data)
-        if self._head_done or self.transport.is_closing():
+        if not self._in_head or self.transport.is_closing():
             return
-        # Counted after feeding, so a chunk that completes a head never counts:
-        # at most one read past the bound is ever held.
-        self._head_bytes += len(data)
-        if self._head_bytes > settings.ZEROLOCK_MAX_HEAD_BYTES:
-            from common.errors import headers_too_large_envelope  # Django is set up by now
+        # The read ended inside a head, which the parser holds (httptools keeps
+        # the header it is in until it ends): counted whole, so at most one
+        # read past the bound is ever held.
+        self._head_read += len(data)
+        if self._head_read > settings.ZEROLOCK_MAX_HEAD_BYTES:
+            self._refuse(_headers_too_large())
 
-            self.transport.write(
-                closing_json(431, b"Request Header Fields Too Large", headers_too_large_envelope())
-            )
-            self.transport.close()
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn answers whatever stopped the parser with 400; a head past its
+        # bound stopped it on purpose (on_headers_complete).
+        if self._head_too_large:
+            self._refuse(_headers_too_large())
+        else:
+            super().send_400_response(msg)
+
+    def _head_size(self) -> int:
+        """The request line and headers, each with its ": " and CRLF."""
+        method = self.parser.get_method()
+        line = len(method) + len(self.url) + len(" HTTP/1.1\r\n") + 1
+        return line + sum(len(name) + len(value) + 4 for name, value in self.headers)
+
+    def _refuse(self, answer: bytes) -> None:
+        self.transport.write(answer)
+        self.transport.close()
+
+
+def _headers_too_large() -> bytes:
+    from common.errors import headers_too_large_envelope  # Django is set up by now
+
+    return closing_json(431, b"Request Header Fields Too Large", headers_too_large_envelope())
 
 
 class ZeroLockServer(uvicorn.Server):

@@ -69,3 +69,16 @@ def assert_refused_unharmed(
     assert outcome["sent"] < sent_below, outcome
     assert outcome["grown_mb"] < grown_below_mb, outcome
     assert outcome["healthy"], outcome
+
+
+def answer_of(raw: bytes) -> tuple[int | None, dict[str, str], dict | None]:
+    """The status, headers (lower-cased names) and JSON body of a raw answer."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    if not head:
+        return None, {}, None
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {
+        name.strip().lower(): value.strip()
+        for name, _, value in (line.partition(":") for line in lines)
+    }
+    return int(status_line.split()[1]), headers, json.loads(body) if body else None

@@ -13,7 +13,12 @@ import httpx
 import pytest
 
 from tests.conftest import server_env, start_server, stop_server
-from tests.site.rawhttp import assert_refused_unharmed, flood_outcome
+from tests.site.rawhttp import (
+    answer_of,
+    assert_refused_unharmed,
+    flood_outcome,
+    send_until_refused,
+)
 from zerolock_site import uvicorn_server
 from zerolock_site.uvicorn_server import _HeadWithBody
 
@@ -153,6 +158,34 @@ def test_headers_that_never_end_are_refused_past_64_kb_and_never_held():
         )
     finally:
         stop_server(proc)
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "headers",
+    [
+        b"X-Pad: " + b"a" * 87_000 + b"\r\n",
+        b"".join(b"X-Pad-%d: " % n + b"a" * 860 + b"\r\n" for n in range(100)),
+    ],
+    ids=["one long header", "a hundred short ones"],
+)
+def test_a_whole_head_past_64_kb_in_one_write_is_refused_too(live_server_url, headers):
+    """The limit counted only from a head's second read: 87 KB in one write got 200."""
+    head = b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + b"\r\n"
+    answer, _ = send_until_refused(live_server_url, head, [])
+    status, response_headers, body = answer_of(answer)
+    assert (status, response_headers.get("connection")) == (431, "close"), answer[:200]
+    assert body is not None
+    assert body["error"]["code"] == "HEADERS_TOO_LARGE"
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_a_head_just_under_64_kb_in_one_write_is_served(live_server_url):
+    head = b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 64_000
+    answer, _ = send_until_refused(live_server_url, head + b"\r\nConnection: close\r\n\r\n", [])
+    assert answer_of(answer)[0] == 200
 
 
 @pytest.mark.live
