@@ -17,31 +17,11 @@ from tests.site.rawhttp import (
     answer_of,
     assert_refused_unharmed,
     flood_outcome,
+    get_health_on,
     send_until_refused,
 )
 from zerolock_site import uvicorn_server
 from zerolock_site.uvicorn_server import _HeadWithBody
-
-
-def _get_health(sock: socket.socket) -> bytes:
-    sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-    answer = b""
-    while b"\r\n\r\n" not in answer:
-        data = sock.recv(65536)
-        if not data:
-            return answer
-        answer += data
-    head, _, body = answer.partition(b"\r\n\r\n")
-    length = int(
-        next(
-            line.split(b":", 1)[1]
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-    )
-    while len(body) < length:
-        body += sock.recv(65536)
-    return head
 
 
 @pytest.mark.live
@@ -53,9 +33,9 @@ def test_a_kept_alive_connection_idle_past_a_clients_pool_expiry_still_answers(l
     the first to close."""
     host, port = live_server_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        assert _get_health(sock).startswith(b"HTTP/1.1 200")
+        assert get_health_on(sock).startswith(b"HTTP/1.1 200")
         time.sleep(6.5)  # past httpx's keepalive_expiry and uvicorn's default
-        assert _get_health(sock).startswith(b"HTTP/1.1 200")
+        assert get_health_on(sock).startswith(b"HTTP/1.1 200")
 
 
 class _Recorder:
