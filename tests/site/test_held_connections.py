@@ -165,6 +165,7 @@ def test_silent_and_half_sent_connections_are_closed_at_the_deadline_while_healt
     print(
         f"server descriptors (all, sockets): before {before}, most while held {most}, after {after}"
     )
+    print(f"health: {len(health.latencies)} polls, slowest {max(health.latencies):.3f} s")
 
     times = [closed_after for closed_after, _ in outcomes.values()]
     assert None not in times, f"{times.count(None)} of 400 still open"
