@@ -119,6 +119,25 @@ def headers_too_large_envelope() -> dict[str, Any]:
     )
 
 
+def request_timeout_envelope() -> dict[str, Any]:
+    timeout = settings.ZEROLOCK_HEAD_TIMEOUT_SECONDS
+    return envelope(
+        "REQUEST_TIMEOUT",
+        f"The request line and headers did not arrive within {timeout:g} s.",
+        timeout_seconds=timeout,
+    )
+
+
+def server_busy_envelope(*, per_address: bool) -> dict[str, Any]:
+    if per_address:
+        limit = settings.ZEROLOCK_MAX_CONNECTIONS_PER_ADDRESS
+        message = f"This address already holds {limit} connections to this server process."
+    else:
+        limit = settings.ZEROLOCK_MAX_CONNECTIONS
+        message = f"This server process already holds {limit} connections."
+    return envelope("SERVER_BUSY", f"{message} Retry shortly.", limit=limit, retry_after=1)
+
+
 _STATUS_CODES = {
     400: "BAD_REQUEST",
     401: "UNAUTHENTICATED",

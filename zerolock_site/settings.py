@@ -356,6 +356,29 @@ ZEROLOCK_MAX_HEAD_BYTES = env_int("ZEROLOCK_MAX_HEAD_BYTES", 64 * 1024)
 # How long uvicorn keeps an idle kept-alive connection: well above clients' own
 # pool expiry (httpx: 5 s), so the server is never the one to close first.
 ZEROLOCK_KEEP_ALIVE_SECONDS = env_int("ZEROLOCK_KEEP_ALIVE_SECONDS", 120)
+# A connection that has not sent a whole request head this long after it opened
+# (or, kept alive, after the first byte of its next request) is closed: 408 if a
+# head had begun, nothing if it stayed silent. Counted from the start, so a head
+# dripped a byte at a time gains nothing by it.
+ZEROLOCK_HEAD_TIMEOUT_SECONDS = env_float("ZEROLOCK_HEAD_TIMEOUT_SECONDS", 15)
+
+
+def _default_max_connections() -> int:
+    """Well below the descriptors a process may open (the server raises its soft
+    RLIMIT_NOFILE to the hard one before it reads this), leaving room for the
+    database, log and broker files and the connections being refused."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return 4096
+    return min(4096, max(soft - 512, soft // 2))
+
+
+# Connections one web process holds at once, and from one client address (HTTP
+# and WebSockets alike); past either, a new one gets 503 SERVER_BUSY and is closed.
+ZEROLOCK_MAX_CONNECTIONS = env_int("ZEROLOCK_MAX_CONNECTIONS", _default_max_connections())
+ZEROLOCK_MAX_CONNECTIONS_PER_ADDRESS = env_int("ZEROLOCK_MAX_CONNECTIONS_PER_ADDRESS", 1024)
 # JSON bodies nested deeper than this get 400 (json.loads recurses per level and
 # failed near 1,000; values in the tests nest a handful of levels).
 ZEROLOCK_MAX_JSON_DEPTH = env_int("ZEROLOCK_MAX_JSON_DEPTH", 64)

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
+import resource
 import socket
 from typing import Any
 
@@ -82,41 +84,234 @@ class _HeadWithBody:
         return getattr(self._transport, name)
 
 
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback: it stops the parser mid-head, so the head
+    never reaches the application."""
+
+
+class _Slot:
+    """One connection's place in ``_Connections``, given back once, when its
+    socket is gone (by the HTTP protocol, or by the WebSocket one it became)."""
+
+    __slots__ = ("_connections", "_address")
+
+    def __init__(self, connections: _Connections, address: str | None) -> None:
+        self._connections: _Connections | None = connections
+        self._address = address
+
+    def release(self) -> None:
+        if self._connections is not None:
+            self._connections.release(self._address)
+            self._connections = None
+
+
+class _Connections:
+    """The connections this process holds, in all and per client address: the
+    one count that ZEROLOCK_MAX_CONNECTIONS and ZEROLOCK_MAX_CONNECTIONS_PER_ADDRESS
+    are held to. Only the event loop's thread touches it."""
+
+    def __init__(self) -> None:
+        self.held = 0
+        self.per_address: dict[str, int] = {}
+
+    def take(self, address: str | None) -> _Slot | bytes:
+        """A slot for a new connection from ``address``, or the answer refusing it."""
+        if self.held >= settings.ZEROLOCK_MAX_CONNECTIONS:
+            return _server_busy(per_address=False)
+        if address is not None:
+            held_here = self.per_address.get(address, 0)
+            if held_here >= settings.ZEROLOCK_MAX_CONNECTIONS_PER_ADDRESS:
+                return _server_busy(per_address=True)
+            self.per_address[address] = held_here + 1
+        self.held += 1
+        return _Slot(self, address)
+
+    def release(self, address: str | None) -> None:
+        self.held -= 1
+        if address is not None:
+            left = self.per_address[address] - 1
+            if left:
+                self.per_address[address] = left
+            else:
+                del self.per_address[address]  # the table holds only addresses connected now
+
+
+_CONNECTIONS = _Connections()
+
+
+def _server_busy(*, per_address: bool) -> bytes:
+    from common.errors import server_busy_envelope  # Django is set up by now
+
+    return closing_json(
+        503,
+        b"Service Unavailable",
+        server_busy_envelope(per_address=per_address),
+        {b"Retry-After": b"1"},
+    )
+
+
+class _GivesSlotBack(asyncio.Protocol):
+    """Mixed into the WebSocket protocol uvicorn is configured with: it gives
+    the connection's slot back once the socket it took over from HTTP is gone."""
+
+    slot: _Slot | None = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        try:
+            super().connection_lost(exc)
+        finally:
+            if self.slot is not None:
+                self.slot.release()
+
+
+_SLOT_HOLDING: dict[type[asyncio.Protocol], type[_GivesSlotBack]] = {}
+
+
+def _slot_holding(websocket_protocol: type[asyncio.Protocol]) -> type[_GivesSlotBack]:
+    made = _SLOT_HOLDING.get(websocket_protocol)
+    if made is None:
+        name = "SlotHolding" + websocket_protocol.__name__
+        made = _SLOT_HOLDING[websocket_protocol] = type(
+            name, (_GivesSlotBack, websocket_protocol), {}
+        )
+    return made
+
+
 class ZeroLockHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with one write per answer, and a bound on a
-    request's head: httptools keeps whatever arrives before the blank line, so
-    one client sending 50 MB of headers grew the process by 47 MB (Daphne's
-    Twisted stopped at 16 KB). Past ZEROLOCK_MAX_HEAD_BYTES the client gets 431 and the
-    connection is closed."""
+    """uvicorn's httptools protocol with one write per answer, and bounds on what
+    a connection may hold before the application sees a request:
+
+    - a request's head: httptools keeps whatever arrives before the blank line,
+      so one client sending 50 MB of headers grew the process by 47 MB (Daphne's
+      Twisted stopped at 16 KB). Past ZEROLOCK_MAX_HEAD_BYTES the client gets
+      431 and the connection is closed.
+    - its time: uvicorn starts no timer before a connection's first request,
+      and 20,000 silent or half-sent connections held all of a process's
+      descriptors. A head not complete ZEROLOCK_HEAD_TIMEOUT_SECONDS after the
+      connection opened (kept alive: after its next request's first byte) gets
+      408, or, if nothing of it came, just the close.
+    - how many: past ZEROLOCK_MAX_CONNECTIONS in the process, or
+      ZEROLOCK_MAX_CONNECTIONS_PER_ADDRESS from one address, a new connection
+      gets 503 and is closed before anything of it is read. uvicorn's own
+      ``limit_concurrency`` is not that bound: it answers 503 to each request
+      once a head is complete, and keeps the connection; a silent or half-sent
+      one never reaches it, and is held as before."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._head_bytes = 0
-        self._head_done = False
+        self._head_read = 0  # bytes of the reads that ended inside this head
+        self._read_size = 0  # the read being parsed
+        self._head_too_large = False
+        self._in_head = False  # some of a head came, not yet all of it
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._slot: _Slot | None = None
         super().connection_made(_HeadWithBody(transport))  # type: ignore[arg-type]
+        slot = _CONNECTIONS.take(self.client[0] if self.client else None)
+        if isinstance(slot, bytes):
+            self._refuse(slot)
+            return
+        self._slot = slot
+        # Counted from the connection's start: a head dripped a byte at a time
+        # gains nothing by it.
+        self._start_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        if self._slot is not None:
+            self._slot.release()
+        super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
-        self._head_bytes = 0
-        self._head_done = False
+        self._head_read = 0
+        self._in_head = True
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
-        self._head_done = True
+        # The head is no larger than the reads it came in: only when they pass
+        # the bound are its own bytes counted (the request line and headers as
+        # httptools hands them over, so a large body in the same read never
+        # counts). Raised, the parser stops: the head never reaches the
+        # application, even when all of it came in one read.
+        limit = settings.ZEROLOCK_MAX_HEAD_BYTES
+        if self._head_read + self._read_size > limit and self._head_size() > limit:
+            self._head_too_large = True
+            raise _HeadTooLarge
+        self._in_head = False
+        self._stop_head_timer()
         super().on_headers_complete()
 
     def data_received(self, data: bytes) -> None:
+        self._read_size = len(data)
         super().data_received(data)
-        if self._head_done or self.transport.is_closing():
+        if not self._in_head or self.transport.is_closing():
             return
-        # Counted after feeding, so a chunk that completes a head never counts:
-        # at most one read past the bound is ever held.
-        self._head_bytes += len(data)
-        if self._head_bytes > settings.ZEROLOCK_MAX_HEAD_BYTES:
-            from common.errors import headers_too_large_envelope  # Django is set up by now
+        # The read ended inside a head, which the parser holds (httptools keeps
+        # the header it is in until it ends): counted whole, so at most one
+        # read past the bound is ever held.
+        self._head_read += len(data)
+        if self._head_read > settings.ZEROLOCK_MAX_HEAD_BYTES:
+            self._refuse(_headers_too_large())
+        elif self._head_timer is None:
+            # Kept alive: the head began in this read, its deadline now.
+            self._start_head_timer()
 
-            self.transport.write(
-                closing_json(431, b"Request Header Fields Too Large", headers_too_large_envelope())
-            )
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn answers whatever stopped the parser with 400; a head past its
+        # bound stopped it on purpose (on_headers_complete).
+        if self._head_too_large:
+            self._refuse(_headers_too_large())
+        else:
+            super().send_400_response(msg)
+
+    def handle_websocket_upgrade(self) -> None:
+        configured = self.config.ws_protocol_class  # set: uvicorn upgrades only then
+        if configured is not None:
+            self.ws_protocol_class = _slot_holding(configured)
+        super().handle_websocket_upgrade()
+        websocket = self.transport.get_protocol()
+        if isinstance(websocket, _GivesSlotBack):
+            # The WebSocket protocol has the socket now, and with it the slot.
+            websocket.slot, self._slot = self._slot, None
+
+    def _head_size(self) -> int:
+        """The request line and headers, each with its ": " and CRLF."""
+        method = self.parser.get_method()
+        line = len(method) + len(self.url) + len(" HTTP/1.1\r\n") + 1
+        return line + sum(len(name) + len(value) + 4 for name, value in self.headers)
+
+    def _start_head_timer(self) -> None:
+        self._head_timer = self.loop.call_later(
+            settings.ZEROLOCK_HEAD_TIMEOUT_SECONDS, self._head_timed_out
+        )
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            # The late head is pipelined behind a response still going out:
+            # the connection closes once that is sent, as at shutdown.
+            self.cycle.keep_alive = False
+        elif self._in_head:
+            from common.errors import request_timeout_envelope
+
+            self._refuse(closing_json(408, b"Request Timeout", request_timeout_envelope()))
+        else:
             self.transport.close()
+
+    def _refuse(self, answer: bytes) -> None:
+        self.transport.write(answer)
+        self.transport.close()
+
+
+def _headers_too_large() -> bytes:
+    from common.errors import headers_too_large_envelope  # Django is set up by now
+
+    return closing_json(431, b"Request Header Fields Too Large", headers_too_large_envelope())
 
 
 class ZeroLockServer(uvicorn.Server):
@@ -174,11 +369,24 @@ def gc_freeze_loaded() -> None:
     gc.freeze()
 
 
+def raise_descriptor_limit() -> None:
+    """Lets the process open as many descriptors as its hard limit allows, as
+    servers usually do: the soft limit (often 1024) is a default meant for
+    ordinary programs. Before settings are read: ZEROLOCK_MAX_CONNECTIONS's
+    default is set below the limit this leaves."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        # An unlimited hard limit may be more than the kernel grants: then as it was.
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
+    raise_descriptor_limit()
     server = ZeroLockServer(config(args.host, args.port))
     server.config.load()  # imports the application (and sets Django up) now
     gc_freeze_loaded()

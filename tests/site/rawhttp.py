@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import socket
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -69,3 +72,92 @@ def assert_refused_unharmed(
     assert outcome["sent"] < sent_below, outcome
     assert outcome["grown_mb"] < grown_below_mb, outcome
     assert outcome["healthy"], outcome
+
+
+def descriptors(pid: int) -> tuple[int, int]:
+    """How many descriptors the process ``pid`` holds open now, and how many of
+    them are sockets (the rest, database files mostly, grow as its threads first
+    touch the database)."""
+    targets = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed meanwhile
+            targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return len(targets), sum(target.startswith("socket:") for target in targets)
+
+
+def answer_of(raw: bytes) -> tuple[int | None, dict[str, str], dict | None]:
+    """The status, headers (lower-cased names) and JSON body of a raw answer."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    if not head:
+        return None, {}, None
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {
+        name.strip().lower(): value.strip()
+        for name, _, value in (line.partition(":") for line in lines)
+    }
+    return int(status_line.split()[1]), headers, json.loads(body) if body else None
+
+
+def read_to_close(sock: socket.socket) -> bytes:
+    """Everything the server sends on ``sock`` until it closes it."""
+    answer = b""
+    try:
+        while data := sock.recv(65536):
+            answer += data
+    except ConnectionResetError:
+        pass
+    return answer
+
+
+def get_health_on(sock: socket.socket) -> bytes:
+    """Sends GET /api/health on an open connection and reads one answer whole;
+    returns its head (or what came before the server closed)."""
+    sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        data = sock.recv(65536)
+        if not data:
+            return answer
+        answer += data
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = int(answer_of(head + b"\r\n\r\n")[1]["content-length"])
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head
+
+
+class HealthPoller:
+    """Polls GET /api/health every 0.1 s over one kept-alive connection, in a
+    thread, while a test holds the server busy; records each answer's time."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.latencies: list[float] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> HealthPoller:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self.latencies and not self.failures and time.monotonic() < deadline:
+            time.sleep(0.05)  # its connection is open before the test goes on
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=10) as client:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    status = client.get("/api/health").status_code
+                except httpx.HTTPError as exc:
+                    self.failures.append(repr(exc))
+                else:
+                    self.latencies.append(time.monotonic() - started)
+                    if status != 200:
+                        self.failures.append(f"status {status}")
+                self._stop.wait(0.1)

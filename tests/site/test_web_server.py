@@ -13,30 +13,15 @@ import httpx
 import pytest
 
 from tests.conftest import server_env, start_server, stop_server
-from tests.site.rawhttp import assert_refused_unharmed, flood_outcome
+from tests.site.rawhttp import (
+    answer_of,
+    assert_refused_unharmed,
+    flood_outcome,
+    get_health_on,
+    send_until_refused,
+)
 from zerolock_site import uvicorn_server
 from zerolock_site.uvicorn_server import _HeadWithBody
-
-
-def _get_health(sock: socket.socket) -> bytes:
-    sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-    answer = b""
-    while b"\r\n\r\n" not in answer:
-        data = sock.recv(65536)
-        if not data:
-            return answer
-        answer += data
-    head, _, body = answer.partition(b"\r\n\r\n")
-    length = int(
-        next(
-            line.split(b":", 1)[1]
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-    )
-    while len(body) < length:
-        body += sock.recv(65536)
-    return head
 
 
 @pytest.mark.live
@@ -48,9 +33,9 @@ def test_a_kept_alive_connection_idle_past_a_clients_pool_expiry_still_answers(l
     the first to close."""
     host, port = live_server_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        assert _get_health(sock).startswith(b"HTTP/1.1 200")
+        assert get_health_on(sock).startswith(b"HTTP/1.1 200")
         time.sleep(6.5)  # past httpx's keepalive_expiry and uvicorn's default
-        assert _get_health(sock).startswith(b"HTTP/1.1 200")
+        assert get_health_on(sock).startswith(b"HTTP/1.1 200")
 
 
 class _Recorder:
@@ -153,6 +138,34 @@ def test_headers_that_never_end_are_refused_past_64_kb_and_never_held():
         )
     finally:
         stop_server(proc)
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "headers",
+    [
+        b"X-Pad: " + b"a" * 87_000 + b"\r\n",
+        b"".join(b"X-Pad-%d: " % n + b"a" * 860 + b"\r\n" for n in range(100)),
+    ],
+    ids=["one long header", "a hundred short ones"],
+)
+def test_a_whole_head_past_64_kb_in_one_write_is_refused_too(live_server_url, headers):
+    """The limit counted only from a head's second read: 87 KB in one write got 200."""
+    head = b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + b"\r\n"
+    answer, _ = send_until_refused(live_server_url, head, [])
+    status, response_headers, body = answer_of(answer)
+    assert (status, response_headers.get("connection")) == (431, "close"), answer[:200]
+    assert body is not None
+    assert body["error"]["code"] == "HEADERS_TOO_LARGE"
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_a_head_just_under_64_kb_in_one_write_is_served(live_server_url):
+    head = b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 64_000
+    answer, _ = send_until_refused(live_server_url, head + b"\r\nConnection: close\r\n\r\n", [])
+    assert answer_of(answer)[0] == 200
 
 
 @pytest.mark.live
