@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -319,6 +320,12 @@ AUTHENTICATION_BACKENDS = [
 # refused, right password or not, for the cool-down.
 ZEROLOCK_LOGIN_FAILURE_LIMIT = env_int("ZEROLOCK_LOGIN_FAILURE_LIMIT", 5)
 ZEROLOCK_LOGIN_COOLOFF_SECONDS = env_int("ZEROLOCK_LOGIN_COOLOFF_SECONDS", 900)
+# 0 for either would not mean "off" but "nobody signs in" (a limit of 0) or
+# "never locked" (a cool-down of 0): refuse both rather than guess.
+if ZEROLOCK_LOGIN_FAILURE_LIMIT < 1 or ZEROLOCK_LOGIN_COOLOFF_SECONDS < 1:
+    raise ImproperlyConfigured(
+        "ZEROLOCK_LOGIN_FAILURE_LIMIT and ZEROLOCK_LOGIN_COOLOFF_SECONDS must be at least 1."
+    )
 AXES_FAILURE_LIMIT = ZEROLOCK_LOGIN_FAILURE_LIMIT
 AXES_COOLOFF_TIME = timedelta(seconds=ZEROLOCK_LOGIN_COOLOFF_SECONDS)
 # Per username *and* address: a lock per username alone would let anyone lock a
