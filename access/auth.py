@@ -88,6 +88,13 @@ def authenticate(raw: str, *, path: str = "") -> ApiKey:
     return key
 
 
+def request_address(request: HttpRequest) -> str | None:
+    """The client address every per-address limit counts against (the API's rate
+    limits, the login throttle): the socket's peer, REMOTE_ADDR. No proxy header
+    is trusted, since any client can send one."""
+    return request.META.get("REMOTE_ADDR") or None
+
+
 def request_key(request: HttpRequest) -> ApiKey | ApiError | None:
     """The request's X-API-Key, resolved once per request (the rate limiter needs
     it before DRF authenticates): the key, the ApiError saying why it is not

@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from access.auth import key_rate_hit, request_key
+from access.auth import key_rate_hit, request_address, request_key
 from access.models import ApiKey
 from access.ratelimit import RateState, rate_limit_hit, rate_limited_error
 from common.paths import is_api_path
@@ -33,7 +33,7 @@ def request_rate_hit(request: HttpRequest) -> tuple[RateState, str]:
     if isinstance(key, ApiKey):
         return key_rate_hit(key), "this key"
     state = rate_limit_hit(
-        identity=f"ip:{request.META.get('REMOTE_ADDR', '')}",
+        identity=f"ip:{request_address(request) or ''}",
         limit=settings.ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE,
     )
     return state, "this address"

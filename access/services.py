@@ -1,5 +1,5 @@
 """Writes about API keys: create, change, revoke (each audited), and the
-audit record of a failed authentication."""
+audit records of a failed authentication and of a locked-out login."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from audit.chain import audited_transaction
 from audit.models import AuditAction
-from audit.rejections import rejections
+from audit.rejections import rejections, storable_text
 from common.errors import ApiError
 
 from .keys import generate_raw_key, key_cache
@@ -109,5 +109,25 @@ def audit_auth_failure(*, reason: str, key_prefix: str = "", path: str = "") -> 
             "action": AuditAction.AUTH_FAILURE,
             "key_prefix": key_prefix[:16],
             "details": {"reason": reason, **({"path": path} if path else {})},
+        }
+    )
+
+
+def audit_login_locked_out(
+    *, username: str, address: str, path: str, failures: int, until: datetime | None
+) -> None:
+    """A console or admin login locked for a cool-down: who and from where, never
+    the password. Written behind like the other refusals; one per lock, not one
+    per refused attempt (access/logins.py)."""
+    rejections.append(
+        {
+            "action": AuditAction.LOGIN_LOCKED_OUT,
+            "details": {
+                "username": storable_text(username, 150),
+                "address": storable_text(address, 64),
+                "path": storable_text(path, 256),
+                "failures": failures,
+                "until": until.isoformat() if until else None,
+            },
         }
     )

@@ -48,6 +48,8 @@ class AuditAction(models.TextChoices):
     KEY_REVOKE = "key.revoke"
     KEY_CHANGE = "key.change"
     AUTH_FAILURE = "auth.failure"
+    # A console or admin login refused for a cool-down (access/logins.py).
+    LOGIN_LOCKED_OUT = "login.locked_out"
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_APPROVED = "approval.approved"
     APPROVAL_REJECTED = "approval.rejected"

@@ -37,7 +37,7 @@ BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
 DROPPED_COUNTER = "audit_rejections_dropped"
 
 
-def _storable_text(value: object, max_length: int) -> str:
+def storable_text(value: object, max_length: int) -> str:
     """Text any backend stores: no NUL (PostgreSQL refuses it), no lone
     surrogate (not UTF-8), within the column's length."""
     text = value if isinstance(value, str) else str(value)
@@ -47,7 +47,7 @@ def _storable_text(value: object, max_length: int) -> str:
 
 def _column_text(value: object, field: str) -> str:
     column = AuditEntry._meta.get_field(field)
-    return _storable_text(value, getattr(column, "max_length", None) or 0)
+    return storable_text(value, getattr(column, "max_length", None) or 0)
 
 
 def rejection_entry(
@@ -60,7 +60,7 @@ def rejection_entry(
         and not isinstance(expected, bool)
         and BIGINT_MIN <= expected <= BIGINT_MAX
     )
-    details: dict[str, Any] = {"code": _storable_text(code, 64)}
+    details: dict[str, Any] = {"code": storable_text(code, 64)}
     if not in_range:
         details["expected_version_out_of_range"] = True
     return {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from axes import middleware as axes
 from csp.constants import HEADER
 from csp.middleware import CheckableLazyObject
 from csp.middleware import CSPMiddleware as _CSPMiddleware
@@ -55,6 +56,14 @@ class MessageMiddleware(_PagesOnly, messages.MessageMiddleware):
 
 class HtmxMiddleware(_PagesOnly, htmx.HtmxMiddleware):
     pass
+
+
+class AxesMiddleware(_PagesOnly, axes.AxesMiddleware):
+    """The login lockout page, for pages only: API keys never go through
+    authenticate() and have their own limits (access/ratelimit.py). Sync, like
+    the rest of the chain (HTTP is served as WSGI)."""
+
+    async_capable = False
 
 
 # Attributes a view or decorator may set to change the policy of one response.

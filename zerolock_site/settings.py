@@ -8,9 +8,11 @@ SQLite Celery broker. ``DATABASE_URL`` switches to PostgreSQL and
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -70,6 +72,7 @@ INSTALLED_APPS = [
     "channels",
     "django_celery_beat",
     "django_htmx",
+    "axes",
     # ZeroLock's apps, lowest layer first (the import contract in pyproject.toml
     # keeps each one from importing those listed after it).
     "metrics",
@@ -100,6 +103,9 @@ MIDDLEWARE = [
     "common.errors.ApiErrorEnvelopeMiddleware",
     "access.middleware.RateLimitMiddleware",
     "coordination.idempotency.IdempotencyMiddleware",
+    # Last, as axes asks: it turns a login its backend refused into the lockout
+    # page. Page-only, like the session middleware it depends on.
+    "zerolock_site.page_middleware.AxesMiddleware",
 ]
 
 # --- Browser security headers -------------------------------------------------
@@ -302,6 +308,41 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/console/"
+
+# --- Login throttling (django-axes; docs/decisions.md) ------------------------
+# The console's and the admin's logins both go through authenticate(), where
+# axes' backend refuses a locked-out pair before any password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Failed logins one username may have from one address before that pair is
+# refused, right password or not, for the cool-down.
+ZEROLOCK_LOGIN_FAILURE_LIMIT = env_int("ZEROLOCK_LOGIN_FAILURE_LIMIT", 5)
+ZEROLOCK_LOGIN_COOLOFF_SECONDS = env_int("ZEROLOCK_LOGIN_COOLOFF_SECONDS", 900)
+# 0 for either would not mean "off" but "nobody signs in" (a limit of 0) or
+# "never locked" (a cool-down of 0): refuse both rather than guess.
+if ZEROLOCK_LOGIN_FAILURE_LIMIT < 1 or ZEROLOCK_LOGIN_COOLOFF_SECONDS < 1:
+    raise ImproperlyConfigured(
+        "ZEROLOCK_LOGIN_FAILURE_LIMIT and ZEROLOCK_LOGIN_COOLOFF_SECONDS must be at least 1."
+    )
+AXES_FAILURE_LIMIT = ZEROLOCK_LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(seconds=ZEROLOCK_LOGIN_COOLOFF_SECONDS)
+# Per username *and* address: a lock per username alone would let anyone lock a
+# risk officer out by typing their name five times.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# Attempts during a lock do not move its end, so the page can say when it ends.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_RESET_ON_SUCCESS = True
+# The database handler: every server process sees the same counts (the cache is
+# per process without Redis), and the admin lists and deletes them.
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_CLIENT_IP_CALLABLE = "access.auth.request_address"
+AXES_LOCKOUT_CALLABLE = "access.logins.lockout_response"
+AXES_HTTP_RESPONSE_CODE = 429  # as the API's own limits answer
+# axes looks for its own middleware by name; ours is a subclass of it
+# (zerolock_site/page_middleware.AxesMiddleware).
+SILENCED_SYSTEM_CHECKS = ["axes.W002"]
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["access.auth.ApiKeyAuthentication"],

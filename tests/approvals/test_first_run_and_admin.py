@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import re
 import stat
+import subprocess
+import sys
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from django.http import HttpRequest
 from django.test import Client
 
 from access.models import ApiKey
 
 pytestmark = pytest.mark.django_db
+
+
+def signs_in(username: str, password: str) -> bool:
+    # axes' backend refuses an authenticate() without the request it throttles.
+    return Client().login(request=HttpRequest(), username=username, password=password)
 
 
 def test_first_run_credentials_go_to_an_owner_only_file_too(capsys, settings, tmp_path):
@@ -25,7 +33,7 @@ def test_first_run_credentials_go_to_an_owner_only_file_too(capsys, settings, tm
     password = re.search(r"admin / (\S+)", text)[1]
     raw = re.search(r"(zl_\S+)", text)[1]
     assert password in out and raw in out and str(path) in out
-    assert Client().login(username="admin", password=password)
+    assert signs_in("admin", password)
     call_command("bootstrap")
     again = capsys.readouterr().out
     assert "already bootstrapped" in again and str(path) in again and "zl_" not in again
@@ -38,8 +46,8 @@ def test_reset_admin_prints_a_new_password_that_works(capsys, settings, tmp_path
     call_command("bootstrap", "--reset-admin")
     new = re.search(r"admin / (\S+)", capsys.readouterr().out)[1]
     assert new != old
-    assert Client().login(username="admin", password=new)
-    assert not Client().login(username="admin", password=old)
+    assert signs_in("admin", new)
+    assert not signs_in("admin", old)
 
 
 def test_createuser_makes_risk_officers_and_viewers_for_the_console(capsys):
@@ -87,3 +95,54 @@ def test_the_key_created_page_is_post_redirect_get_and_shows_the_key_once():
     reload = admin.get(response["Location"]).content.decode()
     assert raw not in reload and "was shown once" in reload
     assert ApiKey.objects.filter(name="made-once").count() == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "refusal"),
+    [
+        ("bad name!", "Enter a valid username"),
+        ("x" * 151, "at most 150 characters"),
+        ("tab\there", "Enter a valid username"),
+    ],
+)
+def test_createuser_refuses_a_name_djangos_validator_refuses_and_creates_nothing(name, refusal):
+    with pytest.raises(CommandError, match=refusal):
+        call_command("createuser", name, "--role", "viewer", "--password", "pw-long-enough")
+    assert not User.objects.exists()
+
+
+def test_createuser_refuses_a_password_the_validators_refuse_and_creates_nothing():
+    with pytest.raises(CommandError, match="too short"):
+        call_command("createuser", "rita", "--role", "risk-officer", "--password", "short")
+    assert not User.objects.exists()
+
+
+def test_createuser_still_takes_the_longest_name_and_every_allowed_character(capsys):
+    longest = "r" * 150
+    call_command("createuser", longest, "--role", "viewer", "--password", "pw-long-enough")
+    call_command("createuser", "rita.o+ops@example-1_x", "--role", "risk-officer")
+    assert set(User.objects.values_list("username", flat=True)) == {
+        longest,
+        "rita.o+ops@example-1_x",
+    }
+    assert signs_in(longest, "pw-long-enough")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_createuser_from_the_shell_exits_non_zero_with_the_reason():
+    from tests.conftest import ROOT, server_env
+
+    for args, reason in [
+        (["bad name!", "--password", "pw-long-enough"], "Enter a valid username"),
+        (["rita", "--password", "short"], "too short"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "manage.py", "createuser", *args, "--role", "viewer"],
+            cwd=ROOT,
+            env=server_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode != 0 and reason in done.stderr, done.stderr
+    assert not User.objects.exists()

@@ -4,14 +4,15 @@ one django-csp builds (zerolock_site/page_middleware.py)."""
 from __future__ import annotations
 
 import pytest
+from axes.handlers.proxy import AxesProxyHandler
 from csp.constants import HEADER
 from csp.decorators import csp_update
 from csp.middleware import CSPMiddleware as DjangoCSPMiddleware
 from csp.utils import build_policy
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.test import Client, RequestFactory
 
-from zerolock_site.page_middleware import CSPMiddleware
+from zerolock_site.page_middleware import AxesMiddleware, CSPMiddleware
 
 pytestmark = pytest.mark.django_db
 
@@ -54,3 +55,17 @@ def test_views_that_change_their_policy_get_what_django_csp_gives_them():
     assert (
         with_nonce[HEADER] == DjangoCSPMiddleware(using_a_nonce)(RequestFactory().get("/"))[HEADER]
     )
+
+
+def test_axes_turns_a_locked_page_login_into_its_page_but_leaves_the_api_alone():
+    def locked(request: HttpRequest) -> HttpResponse:
+        # What axes' backend leaves on a request whose login it refused.
+        AxesProxyHandler.update_request(request)
+        request.axes_locked_out = True  # type: ignore[attr-defined]
+        request.axes_credentials = {"username": "rita"}  # type: ignore[attr-defined]
+        return JsonResponse({"ok": True})
+
+    api = AxesMiddleware(locked)(RequestFactory().post("/api/shards"))
+    assert (api.status_code, api.content) == (200, b'{"ok": true}')
+    page = AxesMiddleware(locked)(RequestFactory().post("/accounts/login/"))
+    assert page.status_code == 429 and b"Sign-in paused" in page.content

@@ -1,6 +1,9 @@
 """The pieces a new user meets first: bootstrap, createapikey, health, the docs."""
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 from django.core.management import call_command
@@ -102,3 +105,21 @@ def test_the_delivery_log_pruning_task_removes_only_old_rows(settings):
         Delivery.objects.create(agent_id="a", shard_id="s", version=2)
         assert prune_delivery_log.apply().get() == 1
     assert list(Delivery.objects.values_list("version", flat=True)) == [2]
+
+
+@pytest.mark.parametrize(
+    "setting", ["ZEROLOCK_LOGIN_FAILURE_LIMIT", "ZEROLOCK_LOGIN_COOLOFF_SECONDS"]
+)
+def test_a_login_limit_or_cool_down_of_zero_stops_the_server_from_starting(setting):
+    # 0 would mean nobody signs in (limit) or nobody is ever locked (cool-down).
+    from tests.conftest import ROOT
+
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=os.environ | {setting: "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and "must be at least 1" in done.stderr, done.stderr
