@@ -158,16 +158,14 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
         """Bad input gets an error frame, never a server error: a frame that is
         not JSON text used to close the socket with 1011."""
         try:
-            message_size_check(text_data, bytes_data)
+            message_size_check(text_data, bytes_data)  # before anything parses it
+            try:
+                content = json.loads(text_data) if text_data is not None else None
+            except (ValueError, RecursionError):
+                content = None
+            if content is None:
+                raise ApiError(400, "VALIDATION_ERROR", "Send JSON text frames.")
         except ApiError as error:
-            await self.send_json({"type": "error", **error.envelope()["error"]})
-            return
-        try:
-            content = json.loads(text_data) if text_data is not None else None
-        except (ValueError, RecursionError):
-            content = None
-        if content is None:
-            error = ApiError(400, "VALIDATION_ERROR", "Send JSON text frames.")
             await self.send_json({"type": "error", **error.envelope()["error"]})
             return
         await self.receive_json(content)
