@@ -105,9 +105,14 @@ def internal_error() -> ApiError:
     return ApiError(500, "INTERNAL_ERROR", "Internal server error.")
 
 
-def too_large_envelope() -> dict[str, Any]:
+def payload_too_large(what: str = "Request body") -> ApiError:
+    """A request body, or one WebSocket message, over ZEROLOCK_MAX_BODY_BYTES."""
     limit = settings.ZEROLOCK_MAX_BODY_BYTES
-    return envelope("PAYLOAD_TOO_LARGE", f"Request body exceeds {limit} bytes.", limit_bytes=limit)
+    return ApiError(413, "PAYLOAD_TOO_LARGE", f"{what} exceeds {limit} bytes.", limit_bytes=limit)
+
+
+def too_large_envelope() -> dict[str, Any]:
+    return payload_too_large().envelope()
 
 
 def headers_too_large_envelope() -> dict[str, Any]:

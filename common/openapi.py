@@ -38,7 +38,7 @@ COMMON_ERRORS: dict[str, str] = {
     "401": "UNAUTHENTICATED, KEY_REVOKED or KEY_EXPIRED",
     "403": "PERMISSION_DENIED (or a rule of the shard, see the code)",
     "404": "NOT_FOUND, SHARD_NOT_FOUND, APPROVAL_NOT_FOUND, LEASE_NOT_FOUND",
-    "413": "PAYLOAD_TOO_LARGE",
+    "413": "PAYLOAD_TOO_LARGE, or SHARD_TOO_LARGE for a write to an additive shard",
     "415": "UNSUPPORTED_MEDIA_TYPE",
     "429": "RATE_LIMITED, with Retry-After",
 }

@@ -17,7 +17,7 @@ from django.conf import settings
 from access.auth import agent_check, can_watch, permission_check, reads_check, scope_check
 from access.handshakes import handshake_blocked, handshake_key
 from access.keys import split_raw_key
-from common.errors import ApiError
+from common.errors import ApiError, payload_too_large
 from coordination.watch import watch_start
 from metrics import record
 from realtime import push
@@ -67,6 +67,20 @@ def agent_id_of(scope: dict[str, Any]) -> str:
 
 CLOSE_RATE_LIMITED = 4429
 CLOSE_NOT_ALLOWED = 4403
+
+
+def message_size_check(text_data: str | None, bytes_data: bytes | None) -> None:
+    """A WebSocket message is held to the request body limit (413
+    PAYLOAD_TOO_LARGE). uvicorn itself reads none above four times the limit
+    (zerolock_site/uvicorn_server.py); this answers the ones between in the
+    envelope, before anything parses them."""
+    limit = settings.ZEROLOCK_MAX_BODY_BYTES
+    size = len(bytes_data) if bytes_data is not None else 0
+    if text_data is not None:
+        # A character is 1 to 4 bytes: encode only when the count cannot decide.
+        size = len(text_data) if len(text_data) > limit else len(text_data.encode())
+    if size > limit:
+        raise payload_too_large("A WebSocket message")
 
 
 class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer):
@@ -141,11 +155,14 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
         """Bad input gets an error frame, never a server error: a frame that is
         not JSON text used to close the socket with 1011."""
         try:
-            content = json.loads(text_data) if text_data is not None else None
-        except (ValueError, RecursionError):
-            content = None
-        if content is None:
-            error = ApiError(400, "VALIDATION_ERROR", "Send JSON text frames.")
+            message_size_check(text_data, bytes_data)  # before anything parses it
+            try:
+                content = json.loads(text_data) if text_data is not None else None
+            except (ValueError, RecursionError):
+                content = None
+            if content is None:
+                raise ApiError(400, "VALIDATION_ERROR", "Send JSON text frames.")
+        except ApiError as error:
             await self.send_json({"type": "error", **error.envelope()["error"]})
             return
         await self.receive_json(content)

@@ -10,7 +10,9 @@ shard's other clients), and REST commits arrive as ``crdt.update`` messages.
 A refusal is a JSON error frame (the API's envelope) followed by a close code,
 because Daphne does not pass close reasons on: 4400 bad input or not an additive
 shard, 4401 bad key, 4403 not allowed, 4404 no such shard (also when the shard is
-deleted while the socket is open), 4429 too many failed handshakes.
+deleted while the socket is open), 4413 a message over the body limit or a shard
+at its size cap, 4429 too many failed handshakes. An update that reaches past the
+shard's root ``value`` is refused before it touches the Doc (shards/crdt_update.py).
 
 The socket is bound to the shard's incarnation (``Shard.incarnation``), not its
 id: its writes are refused once the shard is deleted, even if a shard with the
@@ -40,14 +42,14 @@ from access.handshakes import handshake_key
 from access.models import ApiKey
 from common.errors import ApiError
 from realtime import push
-from realtime.consumers import LeanDispatch, agent_id_of, raw_key_of
+from realtime.consumers import LeanDispatch, agent_id_of, message_size_check, raw_key_of
 from realtime.keywatch import key_watch
 from shards import crdt, crdt_store
 from shards.models import Shard, ShardType
 from shards.selectors import ShardNotFound, shard_get
 from shards.services import additive_update_apply
 
-CLOSE_CODES = {400: 4400, 401: 4401, 403: 4403, 404: 4404, 429: 4429}
+CLOSE_CODES = {400: 4400, 401: 4401, 403: 4403, 404: 4404, 413: 4413, 429: 4429}
 
 
 def yjs_open(
@@ -163,11 +165,12 @@ class ShardYjsConsumer(LeanDispatch, push.BatchedPushes, YjsConsumer):
         if self.shard is None:
             return
         try:
-            await self._receive(bytes_data)
+            await self._receive(text_data, bytes_data)
         except ApiError as error:
             await self.refuse(error)
 
-    async def _receive(self, message: bytes | None) -> None:
+    async def _receive(self, text: str | None, message: bytes | None) -> None:
+        message_size_check(text, message)
         if not message:
             raise ApiError(400, "MALFORMED_UPDATE", "/ws/crdt/ takes binary Yjs messages.")
         if message[0] == YMessageType.AWARENESS:

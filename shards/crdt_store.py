@@ -26,7 +26,11 @@ class Loaded:
     value: Any
     # The shard incarnation this Doc belongs to: a re-created shard reaching the
     # same version must not be served the deleted one's Doc.
-    incarnation: Any = None
+    incarnation: Any
+    # What the database holds of the Doc at ``version``: the snapshot and the
+    # updates logged after it, in bytes; what ZEROLOCK_MAX_SHARD_BYTES caps
+    # (services.stored_after), counted without encoding the Doc.
+    stored_bytes: int
 
 
 _cache: dict[str, Loaded] = {}
@@ -66,9 +70,9 @@ def read(shard_id: str, crdt_type: str, version: int | None = None) -> Loaded:
     )
     if len(updates) != version - snapshot["crdt_state_version"]:
         raise RuntimeError(f"update log of {shard_id} has a gap")
-    doc, _ = crdt.load(
-        crdt_type, bytes(snapshot["crdt_state"] or b""), *(bytes(u) for u, _ in updates)
-    )
+    logged = [bytes(u) for u, _ in updates]
+    state = bytes(snapshot["crdt_state"] or b"")
+    doc, _ = crdt.load(crdt_type, state, *logged)
     if any(crdt.YJS_OP in op for _, op in updates):
         # A Yjs client's update has no JSON form to replay: render the Doc.
         value = crdt.render(crdt_type, doc)
@@ -76,7 +80,8 @@ def read(shard_id: str, crdt_type: str, version: int | None = None) -> Loaded:
         value = snapshot["value"]
         for _, op in updates:
             value = crdt.json_apply(value, crdt.parse_op(crdt_type, op))
-    return Loaded(version, doc, value, snapshot["incarnation"])
+    stored = len(state) + sum(len(u) for u in logged)
+    return Loaded(version, doc, value, snapshot["incarnation"], stored)
 
 
 def remember(shard_id: str, loaded: Loaded) -> None:

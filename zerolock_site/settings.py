@@ -389,9 +389,16 @@ ZEROLOCK_MAX_SUBSCRIPTIONS_PER_SOCKET = env_int("ZEROLOCK_MAX_SUBSCRIPTIONS_PER_
 # Watches one key may hold open in one server process: GET /api/watch streams
 # and /ws/agents/ watches together.
 ZEROLOCK_MAX_WATCHES_PER_KEY = env_int("ZEROLOCK_MAX_WATCHES_PER_KEY", 100)
-# Request bodies above this get 413 PAYLOAD_TOO_LARGE.
+# Request bodies above this get 413 PAYLOAD_TOO_LARGE; so does a WebSocket message
+# (a Yjs update, an /ws/agents/ frame). uvicorn reads no WebSocket message above
+# four times this (zerolock_site/uvicorn_server.py).
 ZEROLOCK_MAX_BODY_BYTES = env_int("ZEROLOCK_MAX_BODY_BYTES", 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = ZEROLOCK_MAX_BODY_BYTES
+# An additive shard's Yjs document, encoded, may not grow past this: a write that
+# would take it past gets 413 SHARD_TOO_LARGE (shards/services.py). Every Yjs
+# client receives the whole document when it connects, and a process that has not
+# cached it rebuilds it under the write lock (docs/decisions.md).
+ZEROLOCK_MAX_SHARD_BYTES = env_int("ZEROLOCK_MAX_SHARD_BYTES", 16 * 1024 * 1024)
 # A request line and headers larger than this get 431 (zerolock_site/uvicorn_server.py).
 ZEROLOCK_MAX_HEAD_BYTES = env_int("ZEROLOCK_MAX_HEAD_BYTES", 64 * 1024)
 # How long uvicorn keeps an idle kept-alive connection: well above clients' own

@@ -324,6 +324,26 @@ class ZeroLockServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+# How far past the body limit a WebSocket message is still read, to be answered
+# in the envelope (413 PAYLOAD_TOO_LARGE, close 4413 on /ws/crdt/).
+WS_READ_PAST_LIMIT = 4
+
+
+def ws_max_size() -> int:
+    """The largest WebSocket message uvicorn reads: four times the body limit.
+
+    uvicorn's default was 16 MiB, so a 16 MiB Yjs update was read, applied and
+    stored past the 1 MiB body limit (hardening round three, M3). A message up to
+    this size is read and refused by the application in the envelope
+    (``realtime.consumers.message_size_check``), so a client slightly over the
+    limit learns it. Past it, websockets checks the length a frame header declares
+    before reading its payload: the connection is closed with 1009 (message too
+    big) and no envelope, and the payload is never buffered. uvicorn stops reading
+    a socket while its last message waits for the application, so one socket
+    holds at most one message of this size."""
+    return WS_READ_PAST_LIMIT * settings.ZEROLOCK_MAX_BODY_BYTES
+
+
 def config(host: str, port: int) -> uvicorn.Config:
     return uvicorn.Config(
         "zerolock_site.asgi:application",
@@ -335,6 +355,7 @@ def config(host: str, port: int) -> uvicorn.Config:
         # Daphne never compressed frames; deflate would cost CPU on every frame
         # of every fan-out (an invalidation goes to each subscriber).
         ws_per_message_deflate=False,
+        ws_max_size=ws_max_size(),
         lifespan="off",
         access_log=False,
         server_header=False,  # a header on every answer that only names the software
