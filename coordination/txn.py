@@ -10,11 +10,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
+
 from access.auth import Actor, permission_check, scope_check
 from audit.chain import AuditWriter
 from common.errors import ApiError
 from common.jsonpaths import ABSENT as _ABSENT
 from common.jsonpaths import json_equal, json_less, path_delete, path_get, path_put
+from common.pages import encode
 from metrics import record
 from shards import crdt
 from shards.models import SHARD_ID_REGEX, CrdtType, Shard, ShardType
@@ -225,10 +228,36 @@ def txn_apply(*, actor: Actor, key: Any, body: Any) -> dict[str, Any]:
         record.recorder.count(record.CLAIMS)
     return {
         "succeeded": succeeded,
-        "responses": responses,
+        "responses": gets_bounded(responses),
         "versions": versions,
         "revision": revision,
     }
+
+
+def gets_bounded(responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The answers' ``get`` values within the list byte cap (ZEROLOCK_LIST_MAX_BYTES):
+    once they add up past it, the later gets carry ``"value": null`` and
+    ``"value_omitted": true`` (read those with GET /api/shards/{id}). The first get
+    goes out whole however large, as a list's first item does. A get of 3.6 KB
+    repeated 100 times over a 900 KB shard answered 90 MB, and eight at once took
+    the process from 577 MB to 1.3 GB."""
+    limit = settings.ZEROLOCK_LIST_MAX_BYTES
+    sizes: dict[int, int] = {}  # the same value got twice is encoded once
+    total = 0
+    bounded = []
+    for response in responses:
+        if response["op"] == "get" and response["value"] is not None:
+            value = response["value"]
+            if total > limit:
+                response = {**response, "value": None, "value_omitted": True}
+            else:
+                if id(value) not in sizes:
+                    sizes[id(value)] = len(encode(value))
+                total += sizes[id(value)]
+                if total > limit and total != sizes[id(value)]:
+                    response = {**response, "value": None, "value_omitted": True}
+        bounded.append(response)
+    return bounded
 
 
 def _permissions_check(key: Any, txn: Txn) -> None:
