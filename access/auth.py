@@ -27,10 +27,13 @@ AGENT_ID_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
 
 @dataclass(frozen=True)
 class Actor:
-    """Who a write is recorded as: the agent id, and the key that vouched for it."""
+    """Who a write is recorded as: the agent id, and the key that vouched for it.
+    ``sees_values``: whether a refusal may show it the shard's values (a 409's
+    ``current_value``, ``conflict_notify``): only a key that may read them."""
 
     agent_id: str
     key_prefix: str = ""
+    sees_values: bool = True
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,9 @@ class Principal:
 
     @property
     def actor(self) -> Actor:
-        return Actor(agent_id=self.agent_id, key_prefix=self.key.prefix)
+        return Actor(
+            agent_id=self.agent_id, key_prefix=self.key.prefix, sees_values=sees_values(self.key)
+        )
 
     @property
     def reader(self) -> str:
@@ -159,6 +164,14 @@ def scope_check(key: ApiKey, shard_ids: Iterable[str]) -> None:
             permission="shard scope",
             shard_ids=outside,
         )
+
+
+def sees_values(key: ApiKey) -> bool:
+    """The one rule for what answers other than reads may show: a shard's values
+    (a 409's ``current_value``, an approval's ``value_at_request`` and diff, a
+    ``conflict_notify``) only to a key with ``shard:read``. ``shard:write`` or
+    ``approval:request`` alone must not be a way to read."""
+    return key.has_permission("shard:read")
 
 
 def reads_check(key: ApiKey, *, agent_id: str = "", shard_ids: Iterable[str] = ()) -> None:

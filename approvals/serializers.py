@@ -12,7 +12,7 @@ from common.boundeddiff import json_too_deep
 from common.inputs import Int64Field
 from shards.serializers import ShardIdField
 
-from .diffs import ShardNow, approval_diff, stored_diff
+from .diffs import ApprovalDiff, ShardNow, approval_diff, stored_diff
 from .models import Approval, ApprovalDecision, ApprovalStatus, decisions_prefetch
 from .services import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, MIN_TTL_SECONDS
 
@@ -98,7 +98,7 @@ class ApprovalSerializer(serializers.ModelSerializer):
     )
     diff_truncated = serializers.BooleanField(help_text="The diff was left out (see diff_omitted).")
     diff_omitted = serializers.ChoiceField(
-        choices=["too_large", "too_deep", "too_slow"], allow_null=True
+        choices=["too_large", "too_deep", "too_slow", "not_readable"], allow_null=True
     )
     diff_version = serializers.IntegerField(help_text="The shard version the diff starts from.")
     current_version = serializers.IntegerField(allow_null=True)
@@ -165,12 +165,19 @@ def decision_data(decision: ApprovalDecision) -> dict[str, Any]:
     }
 
 
-def approval_data(approval: Approval, now: ShardNow | None = None) -> dict[str, Any]:
+def approval_data(
+    approval: Approval, now: ShardNow | None = None, *, sees_values: bool = True
+) -> dict[str, Any]:
     """``now``: the shard's version now, for the drift flag and a diff against the
     current value (reused from the request while the shard has not moved).
     Without it (lists), the stored diff against the value at request time:
-    a list never computes a diff."""
-    diff = approval_diff(approval, now) if now else stored_diff(approval)
+    a list never computes a diff. ``sees_values`` False (``access.auth.sees_values``:
+    a key without ``shard:read``): neither the value at request nor the diff,
+    which is made from the shard's values."""
+    if not sees_values:
+        diff = ApprovalDiff(None, "not_readable", approval.version_at_request)
+    else:
+        diff = approval_diff(approval, now) if now else stored_diff(approval)
     current_version = now.version if now else None
     prefetch_related_objects([approval], decisions_prefetch())  # a no-op when prefetched
     return {
@@ -186,7 +193,7 @@ def approval_data(approval: Approval, now: ShardNow | None = None) -> dict[str, 
         "metadata": approval.metadata,
         "proposed_value": approval.proposed_value,
         "expected_version": approval.expected_version,
-        "value_at_request": approval.value_at_request,
+        "value_at_request": approval.value_at_request if sees_values else None,
         "version_at_request": approval.version_at_request,
         "current_version": current_version,
         # Drift: the shard moved on while this waited; approving would fail stale.

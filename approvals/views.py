@@ -7,7 +7,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from access.auth import principal, scope_check
+from access.auth import principal, scope_check, sees_values
 from common.api import ApiView
 from common.inputs import parsed
 from common.openapi import CONFLICT
@@ -48,7 +48,10 @@ class ApprovalRequestView(ApiView):
         approval = services.approval_request(actor=who.actor, key_name=who.key.name, **data)
         # The shard as the request saw it: the answer is built from what was
         # stored and computes nothing that could fail after the store.
-        return Response(approval_data(approval, at_request(approval)), status=201)
+        return Response(
+            approval_data(approval, at_request(approval), sees_values=sees_values(who.key)),
+            status=201,
+        )
 
 
 class ApprovalListView(ApiView):
@@ -102,4 +105,5 @@ class ApprovalDecideView(ApiView):
             approve=self.approve,
             reason=data["reason"],
         )
-        return Response(approval_data(approval, current_of(approval)))
+        shown = sees_values(principal(request).key)
+        return Response(approval_data(approval, current_of(approval), sees_values=shown))

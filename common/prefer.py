@@ -39,12 +39,17 @@ def write_answer(
     *,
     omit: Iterable[str] = ("value",),
     status: int = 200,
+    shown: bool = True,
 ) -> Response:
     """``body`` as the answer; without ``omit`` (the value) when the request
-    prefers ``return=minimal``, marked with ``Preference-Applied``."""
-    if not prefers_minimal(request.headers.get("Prefer", "")):
+    prefers ``return=minimal``, marked with ``Preference-Applied``, and always
+    without it when ``shown`` is False (a key that may not read the shard's
+    values: an additive commit's merged value, a claim's whole queue)."""
+    minimal = prefers_minimal(request.headers.get("Prefer", ""))
+    if shown and not minimal:
         return Response(dict(body), status=status)
     left_out = set(omit)
     response = Response({k: v for k, v in body.items() if k not in left_out}, status=status)
-    response["Preference-Applied"] = RETURN_MINIMAL
+    if minimal:
+        response["Preference-Applied"] = RETURN_MINIMAL
     return response

@@ -6,7 +6,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from access.auth import principal
+from access.auth import principal, sees_values
 from common.api import ApiView
 from common.inputs import parsed
 from common.openapi import CONFLICT, PREFER_PARAMETERS, ErrorEnvelopeSerializer
@@ -63,7 +63,7 @@ class ClaimView(ApiView):
             lease_id=data.get("lease_id"),
             fence=data.get("fence"),
         )
-        return write_answer(request, claim.as_dict())
+        return write_answer(request, claim.as_dict(), shown=sees_values(principal(request).key))
 
 
 class LeaseListView(ApiView):

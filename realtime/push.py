@@ -278,21 +278,26 @@ def agent_send(key_prefix: str, agent_id: str, message: dict[str, Any]) -> None:
 
 
 def conflict_notify(
-    *, key_prefix: str, agent_id: str, shard_id: str, version: int, winning: Any, rejected: Any
+    *,
+    key_prefix: str,
+    agent_id: str,
+    shard_id: str,
+    version: int,
+    winning: Any,
+    rejected: Any,
+    winner_shown: bool = True,
 ) -> None:
-    """Layer 3: the loser of a race learns what won and how its value differs."""
-    agent_send(
-        key_prefix,
-        agent_id,
-        {
-            "type": "conflict_notify",
-            "shard_id": shard_id,
-            "version": version,
-            "winning_value": winning,
-            "rejected_value": rejected,
-            "diff": json_diff(winning, rejected),
-        },
-    )
+    """Layer 3: the loser of a race learns what won and how its value differs
+    (``winner_shown`` False: a key without ``shard:read``, told only that it lost)."""
+    message = {
+        "type": "conflict_notify",
+        "shard_id": shard_id,
+        "version": version,
+        "rejected_value": rejected,
+    }
+    if winner_shown:
+        message |= {"winning_value": winning, "diff": json_diff(winning, rejected)}
+    agent_send(key_prefix, agent_id, message)
 
 
 def approval_changed(*, approval: Any, event: str) -> None:

@@ -306,7 +306,7 @@ def _commit_locked(
             if current is None:
                 rejection = ShardNotFound(shard_id)
             else:
-                rejection = _stale_error(expected_version, current)
+                rejection = _stale_error(actor, expected_version, current)
                 _conflict_told(actor, shard_id, current, new_value)
         # Returned, not raised: the refusal's audit entry commits with the batch.
         _append_rejection(audit, actor, shard_id, expected_version, rejection)
@@ -350,7 +350,7 @@ def _stale_precheck(actor: Actor, shard: Shard, expected_version: int, new_value
     current = Shard.objects.filter(pk=shard_id).values("version", "value").first()
     if current is None or current["version"] == expected_version:
         return
-    rejection = _stale_error(expected_version, current)
+    rejection = _stale_error(actor, expected_version, current)
     rejections.record(
         agent_id=actor.agent_id,
         key_prefix=actor.key_prefix,
@@ -363,26 +363,29 @@ def _stale_precheck(actor: Actor, shard: Shard, expected_version: int, new_value
 
 
 def _conflict_told(actor: Actor, shard_id: str, current: Mapping[str, Any], rejected: Any) -> None:
-    """The loser of a race hears what won and how its value differs (Layer 3)."""
+    """The loser of a race hears what won and how its value differs (Layer 3);
+    a key that may not read the shard hears only that it lost, and to which version."""
     send_event_on_commit(
         "conflict",
         key_prefix=actor.key_prefix,
         agent_id=actor.agent_id,
         shard_id=shard_id,
         version=current["version"],
-        winning=current["value"],
+        winning=current["value"] if actor.sees_values else None,
         rejected=rejected,
+        winner_shown=actor.sees_values,
     )
 
 
-def _stale_error(expected_version: int, current: Mapping[str, Any]) -> ApiError:
+def _stale_error(actor: Actor, expected_version: int, current: Mapping[str, Any]) -> ApiError:
+    values = {"current_value": current["value"]} if actor.sees_values else {}
     return ApiError(
         409,
         "STALE_VERSION",
         f"Version {expected_version} is not current (current is {current['version']}).",
         expected_version=expected_version,
         current_version=current["version"],
-        current_value=current["value"],
+        **values,
     )
 
 

@@ -10,7 +10,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from access.auth import principal, scope_check
+from access.auth import principal, scope_check, sees_values
 from audit.models import AuditEntry
 from common import pages
 from common.api import ApiView
@@ -122,7 +122,9 @@ class ShardCommitView(ApiView):
             result = services.additive_commit(
                 actor=principal(request).actor, shard=shard, body=request.data
             )
-            return write_answer(request, result.as_dict())
+            return write_answer(
+                request, result.as_dict(), shown=sees_values(principal(request).key)
+            )
         data = parsed(CommitSerializer, request.data)
         result = services.shard_commit(
             actor=principal(request).actor,
@@ -133,7 +135,7 @@ class ShardCommitView(ApiView):
             approval_id=data.get("approval_id"),
             fence=data.get("fence"),
         )
-        return write_answer(request, result.as_dict())
+        return write_answer(request, result.as_dict(), shown=sees_values(principal(request).key))
 
 
 class ShardHistoryView(ApiView):
