@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from importlib import import_module
 from typing import Any
 from urllib.parse import parse_qs
 
+from channels.auth import get_user
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -309,6 +311,8 @@ def subscription_ids(content: dict[str, Any], key: Any) -> list[str]:
 
 
 LIVE_COALESCE_SECONDS = 0.25
+LIVE_SESSION_POLL_SECONDS = 1.0
+CLOSE_SIGNED_OUT = 4401
 
 
 class LiveConsumer(LeanDispatch, AsyncJsonWebsocketConsumer):
@@ -317,6 +321,7 @@ class LiveConsumer(LeanDispatch, AsyncJsonWebsocketConsumer):
     second), so a storm of commits cannot flood a browser."""
 
     joined = False
+    checker: asyncio.Task | None = None
 
     async def connect(self) -> None:
         push.bind_loop()
@@ -331,6 +336,7 @@ class LiveConsumer(LeanDispatch, AsyncJsonWebsocketConsumer):
         fanout.add_live(self)
         self.joined = True
         await self.accept()
+        self.checker = asyncio.get_running_loop().create_task(self._session_checked())
 
     async def disconnect(self, code: int) -> None:
         if self.joined:
@@ -338,6 +344,23 @@ class LiveConsumer(LeanDispatch, AsyncJsonWebsocketConsumer):
             fanout.discard_live(self)
             if self.flusher is not None:
                 self.flusher.cancel()
+            if self.checker is not None:
+                self.checker.cancel()
+
+    async def _session_checked(self) -> None:
+        """The page's socket lives as long as its sign-in: once the session is
+        logged out or expires, its user is deactivated, changes password or may
+        no longer watch, the socket closes (4401) within LIVE_SESSION_POLL_SECONDS.
+        The session is read afresh each time, through the same rule that signed
+        the socket in (channels' ``get_user``, then ``can_watch``)."""
+        session_key = getattr(self.scope.get("session"), "session_key", None)
+        store_class = import_module(settings.SESSION_ENGINE).SessionStore
+        while True:
+            await asyncio.sleep(LIVE_SESSION_POLL_SECONDS)
+            user = await get_user({"session": store_class(session_key=session_key)})
+            if not await database_sync_to_async(can_watch)(user):
+                await self.close(code=CLOSE_SIGNED_OUT)
+                return
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if isinstance(content, dict) and content.get("type") == "ping":

@@ -77,3 +77,40 @@ async def test_a_storm_of_commits_reaches_the_page_in_a_few_coalesced_batches():
     assert all(len(b["changes"]) == 1 for b in batches)
     assert batches[-1]["changes"][0]["version"] == 201
     await socket.disconnect()
+
+
+def signed_in(username: str) -> tuple[Client, bytes]:
+    groups_ensure()
+    user = User.objects.create_user(username, password="pw-pw-pw-pw")
+    user.groups.add(Group.objects.get(name="Viewers"))
+    client = Client()
+    client.force_login(user)
+    return client, f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+def logged_out(client: Client) -> None:
+    client.post("/accounts/logout/")
+
+
+def demoted(username: str) -> None:
+    User.objects.get(username=username).groups.clear()
+
+
+async def test_a_page_socket_closes_when_its_session_is_logged_out_or_its_user_demoted():
+    from realtime.consumers import CLOSE_SIGNED_OUT, LIVE_SESSION_POLL_SECONDS
+
+    vera, vera_cookie = await sync_to_async(signed_in)("vera")
+    _, walt_cookie = await sync_to_async(signed_in)("walt")
+    _, sam_cookie = await sync_to_async(signed_in)("sam")
+    sockets = {name: live_socket(cookie) for name, cookie in
+               (("vera", vera_cookie), ("walt", walt_cookie), ("sam", sam_cookie))}  # fmt: skip
+    for socket in sockets.values():
+        assert (await socket.connect())[0]
+    await sync_to_async(logged_out)(vera)
+    await sync_to_async(demoted)("walt")
+    for name in ("vera", "walt"):
+        closed = await sockets[name].receive_output(timeout=LIVE_SESSION_POLL_SECONDS * 4)
+        assert closed == {"type": "websocket.close", "code": CLOSE_SIGNED_OUT}, name
+    # Sam is still signed in and allowed: his socket stays open.
+    assert await sockets["sam"].receive_nothing(timeout=LIVE_SESSION_POLL_SECONDS * 2)
+    await sockets["sam"].disconnect()
