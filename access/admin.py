@@ -42,7 +42,15 @@ class ApiKeyForm(forms.ModelForm):
 
     class Meta:
         model = ApiKey
-        fields = ["name", "permissions", "agent_ids", "shard_prefixes", "rate_limit", "expires_at"]
+        fields = [
+            "name",
+            "permissions",
+            "agent_ids",
+            "shard_prefixes",
+            "rate_limit",
+            "expires_at",
+            "user",
+        ]
 
 
 @admin.register(ApiKey)

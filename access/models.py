@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -38,6 +39,17 @@ class ApiKey(models.Model):
     # Requests per minute for this key; empty means the server default.
     rate_limit = models.PositiveIntegerField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+    # The person the key belongs to, if any: its approval decisions then count as
+    # that person's, the same principal as their console login, so one person
+    # holding a login and keys meets a quorum once (approvals.services.Decider).
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="api_keys",
+        help_text="The person this key belongs to: its approvals count as theirs.",
+    )
     revoked = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)

@@ -29,6 +29,7 @@ KEY_AUDITED_FIELDS = (
     "shard_prefixes",
     "rate_limit",
     "expires_at",
+    "user_id",
 )
 
 
@@ -47,6 +48,7 @@ def api_key_create(
     rate_limit: int | None = None,
     expires_at: datetime | None = None,
     created_by: str = "",
+    user: Any = None,
 ) -> tuple[ApiKey, str]:
     """Creates a key and returns it with the raw key, which is never stored."""
     permissions = _known_permissions(permissions)
@@ -61,6 +63,7 @@ def api_key_create(
             shard_prefixes=shard_prefixes or [],
             rate_limit=rate_limit,
             expires_at=expires_at,
+            user=user,
         )
         audit.append(
             action=AuditAction.KEY_CREATE,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 
@@ -51,14 +52,56 @@ class Decider:
         return cls(name=f"user:{user.get_username()}", principal=f"user:{user.pk}", user_id=user.pk)
 
     @classmethod
-    def agent(cls, actor: Actor) -> Decider:
+    def agent(cls, actor: Actor, *, user_id: int | None = None) -> Decider:
+        """``user_id``: the person the key belongs to (``ApiKey.user``), whose
+        principal it then is: one person's login and keys count once."""
         # Every API caller has a key; "agent:" is only for in-process callers without one.
-        principal = f"key:{actor.key_prefix}" if actor.key_prefix else f"agent:{actor.agent_id}"
+        if user_id is not None:
+            principal = f"user:{user_id}"
+        elif actor.key_prefix:
+            principal = f"key:{actor.key_prefix}"
+        else:
+            principal = f"agent:{actor.agent_id}"
         return cls(
             name=f"agent:{actor.agent_id}",
             principal=principal,
             agent_id=actor.agent_id,
             key_prefix=actor.key_prefix,
+            user_id=user_id,
+        )
+
+
+def decider_check(approval: Approval, decider: Decider) -> None:
+    """Who may decide: never the requester (by agent, by key, or by the person
+    its key belongs to); and, where ZEROLOCK_APPROVALS_DISTINCT_USERS is on, only a
+    person (a console user, or a key tied to one), so that a quorum of N is N
+    people and not one person's N keys."""
+    requester_user = (
+        ApiKey.objects.filter(prefix=approval.requested_key_prefix)
+        .values_list("user_id", flat=True)
+        .first()
+        if approval.requested_key_prefix
+        else None
+    )
+    if (
+        decider.name == f"agent:{approval.requested_by}"
+        or (decider.key_prefix and decider.key_prefix == approval.requested_key_prefix)
+        or (decider.user_id is not None and decider.user_id == requester_user)
+    ):
+        raise ApiError(
+            403,
+            "SELF_APPROVAL",
+            "The requester cannot decide its own request.",
+            approval_id=approval.id,
+        )
+    if settings.ZEROLOCK_APPROVALS_DISTINCT_USERS and decider.user_id is None:
+        raise ApiError(
+            403,
+            "PERMISSION_DENIED",
+            "This server counts approvals by person (ZEROLOCK_APPROVALS_DISTINCT_USERS): "
+            "decide in the console, or with a key that belongs to a user "
+            "(manage.py createapikey --user NAME, or the key's User in the admin).",
+            permission="approval:decide by a user",
         )
 
 
@@ -151,15 +194,7 @@ def approval_decide(
     expired = False
     with write_transaction() as audit:
         approval = approval_get(approval_id)
-        if decider.name == f"agent:{approval.requested_by}" or (
-            decider.key_prefix and decider.key_prefix == approval.requested_key_prefix
-        ):
-            raise ApiError(
-                403,
-                "SELF_APPROVAL",
-                "The requester cannot decide its own request.",
-                approval_id=approval_id,
-            )
+        decider_check(approval, decider)
         if approval.status == ApprovalStatus.PENDING and approval.is_expired():
             approval_expire(audit=audit, approval=approval, by="decision")
             expired = True

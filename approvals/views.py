@@ -101,7 +101,9 @@ class ApprovalDecideView(ApiView):
         visible_approval(request, approval_id)
         approval = services.approval_decide(
             approval_id=approval_id,
-            decider=services.Decider.agent(principal(request).actor),
+            decider=services.Decider.agent(
+                principal(request).actor, user_id=principal(request).key.user_id
+            ),
             approve=self.approve,
             reason=data["reason"],
         )

@@ -467,6 +467,11 @@ ZEROLOCK_SCHEMA_MAX_BRANCHES = env_int("ZEROLOCK_SCHEMA_MAX_BRANCHES", 512)
 # holding every HTTP thread for long.
 ZEROLOCK_SCHEMA_BUDGET_MS = env_int("ZEROLOCK_SCHEMA_BUDGET_MS", 200)
 
+# A quorum counts principals: a console user, or an API key (a key that belongs
+# to a user counts as that user). True: only people count; a key that belongs
+# to no user may not decide (docs/api.md, "Approve or reject").
+ZEROLOCK_APPROVALS_DISTINCT_USERS = env_bool("ZEROLOCK_APPROVALS_DISTINCT_USERS", False)
+
 # --- I18N, static ------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -8,6 +8,7 @@ import re
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.core.management import call_command
 from django.db import IntegrityError, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
@@ -299,3 +300,69 @@ def test_decisions_from_before_principals_migrate_and_one_keys_aliases_stop_coun
         ApprovalDecision.objects.create(
             approval=migrated, decider="agent:dec-c", principal=f"key:{key.prefix}", approve=True
         )
+
+
+# --- people, not keys (issue 25, L3): a key that belongs to a user counts as that
+# user, and an installation may let only people decide.
+
+
+def keys_of(make_key, user, n: int) -> list[str]:
+    return [make_key("shard:read", "approval:decide", name=f"k{i}", user=user) for i in range(n)]
+
+
+@pytest.mark.django_db
+def test_one_persons_two_keys_and_login_count_once(request_id, make_key, client_for):
+    dora = person("dora")
+    first, second = keys_of(make_key, dora, 2)
+    assert approve(client_for(first, agent="dora-bot"), request_id).json()["approvals_counted"] == 1
+    again = approve(client_for(second, agent="dora-bot-2"), request_id)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "ALREADY_DECIDED"
+    assert again.json()["error"]["principal"] == f"user:{dora.pk}"
+    console_approve(dora, request_id)  # in the console: the same person again
+    approval = Approval.objects.get(pk=request_id)
+    assert approval.approvals_counted() == 1 and approval.status == "pending"
+    assert Shard.objects.get(pk="vault").version == 1
+
+
+@pytest.mark.django_db
+def test_the_person_behind_the_requesting_key_cannot_approve_in_the_console(make_key, client_for):
+    ruth = person("ruth")
+    asker = client_for(
+        make_key("shard:read", "shard:create", "approval:request", user=ruth), agent="ruth-bot"
+    )
+    assert asker.post("/api/shards", {"id": "till", "type": "decision", "initial_value": 0,
+                      "reversible": False}, format="json").status_code == 201  # fmt: skip
+    asked = asker.post("/api/approvals/request", {"shard_id": "till", "expected_version": 1,
+                       "proposed_value": 1, "description": "mine"}, format="json").json()  # fmt: skip
+    page = console_approve(ruth, asked["id"])
+    assert "cannot decide its own request" in page
+    assert Approval.objects.get(pk=asked["id"]).status == "pending"
+    key_of_ruth = make_key("approval:decide", user=ruth)
+    answer = approve(client_for(key_of_ruth, agent="ruth-reviewer"), asked["id"])
+    assert answer.json()["error"]["code"] == "SELF_APPROVAL"
+
+
+@pytest.mark.django_db
+def test_where_only_people_count_a_key_of_no_one_may_not_decide(
+    request_id, make_key, client_for, settings
+):
+    settings.ZEROLOCK_APPROVALS_DISTINCT_USERS = True
+    nobodys = make_key("shard:read", "approval:decide", name="shared")
+    refused = approve(client_for(nobodys, agent="bot"), request_id)
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "PERMISSION_DENIED"
+    answers = [approve(client_for(keys_of(make_key, person(n), 1)[0], agent=n), request_id)
+               for n in ("ann", "bob", "cyd")]  # fmt: skip
+    assert [a.json()["status"] for a in answers] == ["pending", "pending", "committed"]
+
+
+@pytest.mark.django_db
+def test_createapikey_ties_a_key_to_a_user(capsys):
+    eve = person("eve")
+    call_command("createapikey", "eve's reviewer", "--permissions", "approval:decide",
+                 "--user", "eve")  # fmt: skip
+    raw = capsys.readouterr().out.strip().splitlines()[-1]
+    prefix = raw.removeprefix("zl_").split(".")[0]
+    assert ApiKey.objects.get(prefix=prefix).user == eve
+    with pytest.raises(Exception, match="No user named"):
+        call_command("createapikey", "ghost", "--user", "nobody")

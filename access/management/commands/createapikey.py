@@ -1,5 +1,6 @@
 from datetime import timedelta
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
@@ -32,12 +33,22 @@ class Command(BaseCommand):
         )
         parser.add_argument("--rate-limit", type=int, default=None, help="Requests per minute.")
         parser.add_argument("--expires-in-days", type=int, default=None)
+        parser.add_argument(
+            "--user",
+            default=None,
+            help="The person the key belongs to (a username): its approvals count as theirs.",
+        )
 
     def handle(self, *args, **opts):
         permissions = [p.strip() for p in opts["permissions"].split(",") if p.strip()]
         expires = None
         if opts["expires_in_days"] is not None:
             expires = timezone.now() + timedelta(days=opts["expires_in_days"])
+        user = None
+        if opts["user"] is not None:
+            user = get_user_model().objects.filter(username=opts["user"]).first()
+            if user is None:
+                raise CommandError(f"No user named {opts['user']!r}.")
         try:
             key, raw = api_key_create(
                 name=opts["name"],
@@ -47,6 +58,7 @@ class Command(BaseCommand):
                 rate_limit=opts["rate_limit"],
                 expires_at=expires,
                 created_by="manage.py",
+                user=user,
             )
         except ApiError as exc:
             raise CommandError(exc.message) from exc
