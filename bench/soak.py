@@ -2,9 +2,14 @@
 agents for minutes, with its Celery worker killed (-9) along the way.
 
 Run by hand (a benchmark, not a test):
-    .venv/bin/python bench/soak.py                          # 80 agents, 600 s, 2 kills
+    .venv/bin/python bench/soak.py                          # 80 agents, 600 s, 2 kills,
+                                                            # and the hostile mix below
     .venv/bin/python bench/soak.py --duration 60 --agents 20  # smoke run
     DATABASE_URL=postgres://... REDIS_URL=redis://... .venv/bin/python bench/soak.py
+
+On top of the agents runs the hostile mix of the hardening probe: watchers that
+stop reading (--slow-readers), connections that never finish a head
+(--half-open), transactions of 100 gets of a 500 KB shard (--big-txns).
 
 It ends with three verdicts: 0 lost acknowledged writes (every 200 commit's version is
 in /history with its value; every acknowledged append item is in the array exactly
@@ -284,6 +289,87 @@ async def subscriber(ws_url: str, key: str, n: int, stop: float, led: Ledger) ->
             await asyncio.sleep(1)
 
 
+# --------------------------------------------------------------------- the hostile mix
+# What the hardening probe used against one user's server, kept up all run long:
+# watchers that stop reading, connections that never finish a head, and
+# transactions that ask for far more than they send. None of it may cost an
+# agent a write, stall health, or make memory climb.
+
+BIG_SHARD = "soak-big"
+BIG_VALUE = {"blob": "x" * 500_000}
+
+
+async def slow_reader(port: int, key: str, n: int, stop: float, led: Ledger) -> None:
+    """An SSE watch from the first revision that reads nothing, reopened every 30 s."""
+    while time.monotonic() < stop and not led.server_gone:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        try:
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+            head = (
+                f"GET /api/watch?prefix=soak-&since=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"X-API-Key: {key}\r\n\r\n"
+            )
+            await asyncio.get_running_loop().sock_sendall(sock, head.encode())
+            led.counts["slow_reader_opened"] += 1
+            await asyncio.sleep(min(30.0, max(0.0, stop - time.monotonic())))
+        except OSError as exc:
+            led.error("slow_reader", repr(exc))
+            await asyncio.sleep(1)
+        finally:
+            sock.close()
+
+
+async def half_open(port: int, n: int, stop: float, led: Ledger) -> None:
+    """A head that never ends: a byte a second until the server lets it go."""
+    while time.monotonic() < stop and not led.server_gone:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError as exc:
+            led.error("half_open connect", repr(exc))
+            await asyncio.sleep(1)
+            continue
+        try:
+            writer.write(b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            answer = b""
+            while time.monotonic() < stop:
+                with contextlib.suppress(TimeoutError):
+                    data = await asyncio.wait_for(reader.read(4096), timeout=1)
+                    if not data:
+                        break
+                    answer += data
+                writer.write(b"a")
+                await writer.drain()
+            if answer.startswith(b"HTTP/1.1 408"):
+                led.counts["half_open_408"] += 1
+            elif time.monotonic() < stop:
+                led.error("half_open answer", answer[:80].decode("latin1") or "closed, no answer")
+        except (OSError, ConnectionError):
+            led.counts["half_open_closed"] += 1
+        finally:
+            writer.close()
+
+
+async def big_transactions(client: httpx.AsyncClient, n: int, stop: float, led: Ledger) -> None:
+    """100 gets of a 500 KB shard in a 4 KB request, over and over."""
+    body = {"success": [{"op": "get", "shard_id": BIG_SHARD} for _ in range(100)]}
+    headers = {"X-Agent-Id": f"hoarder-{n}"}
+    while time.monotonic() < stop and not led.server_gone:
+        try:
+            r = await client.post("/api/txn", json=body, headers=headers)
+            if r.status_code == 200:
+                led.counts["big_txn"] += 1
+                led.counts["big_txn_bytes_max"] = max(
+                    led.counts["big_txn_bytes_max"], len(r.content)
+                )
+            else:
+                led.error(f"big_txn {r.status_code}", r.text)
+        except httpx.HTTPError as exc:
+            led.error("big_txn", repr(exc))
+            await asyncio.sleep(1)
+
+
 async def sampler(
     serve: Serve, stop: float, every: float, samples: list[dict], led: Ledger
 ) -> None:
@@ -360,6 +446,9 @@ async def drive(serve: Serve, key: str, approver_key: str, args, kills: list[dic
         kill_at = [start + args.duration * (i + 1) / (args.kills + 1) for i in range(args.kills)]
         tasks = [agent(n, client, approver, stop, led) for n in range(args.agents)]
         tasks += [subscriber(ws_url, key, n, stop, led) for n in range(args.subscribers)]
+        tasks += [slow_reader(serve.port, key, n, stop, led) for n in range(args.slow_readers)]
+        tasks += [half_open(serve.port, n, stop, led) for n in range(args.half_open)]
+        tasks += [big_transactions(client, n, stop, led) for n in range(args.big_txns)]
         tasks += [
             sampler(serve, stop, args.sample_every, samples, led),
             killer(serve, kill_at, kills, led),
@@ -381,6 +470,7 @@ def seed_shards(url: str, key: str) -> None:
         {"id": f"soak-vault-{n}", "type": "decision", "initial_value": {}, "reversible": False}
         for n in range(VAULTS)
     ]
+    shards.append({"id": BIG_SHARD, "type": "decision", "initial_value": BIG_VALUE})
     headers = {"X-API-Key": key, "X-Agent-Id": "soak-setup"}
     with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
         for body in shards:
@@ -466,6 +556,9 @@ def main() -> int:
         help="items per additive array before its appends turn into decision commits "
         "(0: no cap); tells the growth of the data from the server's own",
     )
+    parser.add_argument("--slow-readers", type=int, default=20, help="watches that never read")
+    parser.add_argument("--half-open", type=int, default=50, help="heads that never end")
+    parser.add_argument("--big-txns", type=int, default=4, help="clients asking 100 big gets")
     parser.add_argument("--keep-data", action="store_true")
     args = parser.parse_args()
 
@@ -557,6 +650,11 @@ def main() -> int:
             f"{led.counts['read']} / {led.counts['commit']} / {led.counts['conflict']}",
         ),
         ("appends acknowledged", led.counts["append"]),
+        (
+            "hostile: slow readers opened / half-open 408s / big transactions (largest answer)",
+            f"{led.counts['slow_reader_opened']} / {led.counts['half_open_408']} / "
+            f"{led.counts['big_txn']} ({led.counts['big_txn_bytes_max']} bytes)",
+        ),
         (
             "approvals requested / approved / committed",
             f"{led.counts['approval_request']} / {led.counts['approved']} / {led.counts['approval_commit']}",
