@@ -57,7 +57,7 @@ class LeaseBinding(models.Model):
 class IdempotencyRecord(models.Model):
     """A write's stored response, replayed for a retry with the same key and body."""
 
-    scope = models.CharField(max_length=64)  # the API key's prefix
+    scope = models.CharField(max_length=64)  # SHA-256 of the key prefix and agent id
     key = models.CharField(max_length=255)
     request_hash = models.CharField(max_length=64)
     status = models.PositiveSmallIntegerField(null=True)  # None while in progress
