@@ -124,6 +124,9 @@ class ShardCommitView(ApiView):
             )
             return write_answer(request, result.as_dict())
         data = parsed(CommitSerializer, request.data)
+        # The read set names other shards: each must be inside the key's scopes
+        # (as the shard in the path is), before anything about them is read.
+        scope_check(principal(request).key, data["read_set"])
         result = services.shard_commit(
             actor=principal(request).actor,
             shard=shard,
