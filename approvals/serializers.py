@@ -9,7 +9,7 @@ from django.db.models import prefetch_related_objects
 from rest_framework import serializers
 
 from common.boundeddiff import json_too_deep
-from common.inputs import Int64Field
+from common.inputs import ChoiceField, Int64Field, QueryInt64Field, StringField
 from shards.serializers import ShardIdField
 
 from .diffs import ShardNow, approval_diff, stored_diff
@@ -48,7 +48,7 @@ class ApprovalRequestSerializer(StrictSerializer):
     shard_id = ShardIdField()
     proposed_value = serializers.JSONField(allow_null=True)
     expected_version = Int64Field(min_value=1)
-    description = serializers.CharField(max_length=4000)
+    description = StringField(max_length=4000)
     ttl_seconds = Int64Field(
         required=False,
         default=DEFAULT_TTL_SECONDS,
@@ -65,16 +65,16 @@ class ApprovalRequestSerializer(StrictSerializer):
 
 
 class DecisionSerializer(StrictSerializer):
-    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
+    reason = StringField(required=False, allow_blank=True, default="", max_length=4000)
 
 
 class ApprovalListQuerySerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=ApprovalStatus.choices, required=False)
-    shard_id = serializers.CharField(required=False, max_length=128)
-    requested_by = serializers.CharField(required=False, max_length=128)
+    status = ChoiceField(choices=ApprovalStatus.choices, required=False)
+    shard_id = StringField(required=False, max_length=128)
+    requested_by = StringField(required=False, max_length=128)
     # page x limit is an SQL OFFSET: it must stay inside 64 bits.
-    page = Int64Field(required=False, min_value=1, max_value=10**12, default=1)
-    limit = Int64Field(required=False, min_value=1, max_value=500)
+    page = QueryInt64Field(required=False, min_value=1, max_value=10**12, default=1)
+    limit = QueryInt64Field(required=False, min_value=1, max_value=500)
 
 
 class ApprovalDecisionSerializer(serializers.Serializer):

@@ -8,7 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from common.inputs import Int64Field
+from common.inputs import Int64Field, StringField
 
 from .claims import HOLDER
 
@@ -61,15 +61,6 @@ class TaskFieldsField(serializers.DictField):
         return super().to_internal_value(data)
 
 
-class LeaseIdField(serializers.CharField):
-    """A lease id, sent as a string (7 is not coerced to "7": as in a transaction)."""
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            raise serializers.ValidationError("Must be a string.")
-        return super().to_internal_value(data)
-
-
 class ClaimSerializer(serializers.Serializer):
     where = TaskFieldsField(
         help_text="What a free task looks like: every field equal (as a transaction's "
@@ -79,7 +70,7 @@ class ClaimSerializer(serializers.Serializer):
         help_text='Fields the claimed task gets, e.g. {"status": "claimed"}; the '
         "server also sets `holder` to the acting agent."
     )
-    lease_id = LeaseIdField(
+    lease_id = StringField(
         required=False,
         allow_null=True,
         max_length=64,

@@ -13,13 +13,20 @@ from typing import Any
 from access.auth import Actor, permission_check, scope_check
 from audit.chain import AuditWriter
 from common.errors import ApiError
+from common.inputs import is_json_integer
 from common.jsonpaths import ABSENT as _ABSENT
 from common.jsonpaths import json_equal, json_less, path_delete, path_get, path_put
 from metrics import record
 from shards import crdt
 from shards.models import SHARD_ID_REGEX, CrdtType, Shard, ShardType
 from shards.selectors import ShardNotFound, shard_current_value
-from shards.services import additive_apply_locked, gate_check, owner_check, value_validate
+from shards.services import (
+    additive_apply_locked,
+    fence_parse,
+    gate_check,
+    owner_check,
+    value_validate,
+)
 from shards.writer import group_commit, version_write
 
 from .leases import lease_bind
@@ -85,7 +92,7 @@ def _path(raw: Any, where: str) -> tuple[Any, ...]:
     if not isinstance(raw, list) or len(raw) > 32:
         raise invalid(f"{where}: path must be a list of keys (at most 32).", at=where)
     for part in raw:
-        if isinstance(part, bool) or not isinstance(part, str | int):
+        if not (isinstance(part, str) or is_json_integer(part)):
             raise invalid(f"{where}: path parts are strings (object keys) or integers.", at=where)
     return tuple(raw)
 
@@ -96,9 +103,7 @@ def txn_parse(body: Any) -> Txn:
     unknown = set(body) - {"compare", "success", "failure", "fence"}
     if unknown:
         raise invalid(f"Unknown fields: {sorted(unknown)}.")
-    fence = body.get("fence")
-    if fence is not None and (not isinstance(fence, int) or isinstance(fence, bool) or fence < 1):
-        raise invalid("fence must be a positive integer.")
+    fence = fence_parse(body.get("fence"))
     lists = {}
     for name in ("compare", "success", "failure"):
         raw = body.get(name, [])
@@ -119,7 +124,7 @@ def _parse_compare(raw: Any, where: str) -> Compare:
     shard_id = _shard_id(raw.get("shard_id"), where)
     if "version" in raw:
         version = raw["version"]
-        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        if not is_json_integer(version) or version < 0:
             raise invalid(f"{where}: version must be a non-negative integer.", at=where)
         if set(raw) - {"shard_id", "version"}:
             raise invalid(f"{where}: a version check has only shard_id and version.", at=where)

@@ -7,13 +7,23 @@ from typing import Any
 from rest_framework import serializers
 
 from audit.models import AuditEntry
-from common.inputs import Int64Field, iso_time
+from common.inputs import (
+    BooleanField,
+    ChoiceField,
+    Int64Field,
+    JsonTyped,
+    QueryInt64Field,
+    StringField,
+    iso_time,
+)
 from shards.models import SHARD_ID_REGEX, CrdtType, OwnerPolicy, Shard, ShardType
 
 _ID_HELP = '1-128 chars of [A-Za-z0-9_.:-], not "." or ".."'
 
 
-class ShardIdField(serializers.RegexField):
+class ShardIdField(JsonTyped, serializers.RegexField):
+    json_type = "string"
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(SHARD_ID_REGEX, help_text=_ID_HELP, **kwargs)
         self.error_messages["invalid"] = f"Shard ids are {_ID_HELP}."
@@ -21,13 +31,13 @@ class ShardIdField(serializers.RegexField):
 
 class ShardCreateSerializer(serializers.Serializer):
     id = ShardIdField()
-    type = serializers.ChoiceField(choices=ShardType.choices)
-    crdt_type = serializers.ChoiceField(choices=CrdtType.choices, required=False, allow_null=True)
+    type = ChoiceField(choices=ShardType.choices)
+    crdt_type = ChoiceField(choices=CrdtType.choices, required=False, allow_null=True)
     initial_value = serializers.JSONField(required=False, allow_null=True, default=None)
-    reversible = serializers.BooleanField(required=False, default=True)
+    reversible = BooleanField(required=False, default=True)
     approvals_required = Int64Field(required=False, default=1, min_value=1, max_value=10)
     value_schema = serializers.JSONField(required=False, allow_null=True, default=None)
-    owner_policy = serializers.ChoiceField(
+    owner_policy = ChoiceField(
         choices=OwnerPolicy.choices, required=False, default=OwnerPolicy.SINGLE_WRITER
     )
     owners = serializers.ListField(child=ShardIdField(), required=False, default=list)
@@ -42,7 +52,7 @@ class CommitSerializer(serializers.Serializer):
     expected_version = Int64Field(min_value=1)
     new_value = serializers.JSONField(allow_null=True)
     read_set = serializers.DictField(child=Int64Field(min_value=1), required=False, default=dict)
-    approval_id = serializers.CharField(required=False, allow_null=True, max_length=64)
+    approval_id = StringField(required=False, allow_null=True, max_length=64)
     fence = Int64Field(required=False, allow_null=True, min_value=1)
 
     def validate_read_set(self, value: dict[str, int]) -> dict[str, int]:
@@ -96,14 +106,16 @@ class ShardPageSerializer(serializers.Serializer):
 
 
 class HistoryQuerySerializer(serializers.Serializer):
-    after = Int64Field(required=False, min_value=0, default=0, help_text="Versions after this one.")
+    after = QueryInt64Field(
+        required=False, min_value=0, default=0, help_text="Versions after this one."
+    )
 
 
 class ShardListQuerySerializer(serializers.Serializer):
-    type = serializers.ChoiceField(choices=ShardType.choices, required=False)
-    prefix = serializers.CharField(required=False, max_length=128)
-    after = serializers.CharField(required=False, max_length=128)
-    limit = Int64Field(required=False, min_value=1, max_value=1000)
+    type = ChoiceField(choices=ShardType.choices, required=False)
+    prefix = StringField(required=False, max_length=128)
+    after = StringField(required=False, max_length=128)
+    limit = QueryInt64Field(required=False, min_value=1, max_value=1000)
 
 
 # --- rendering ---------------------------------------------------------------
