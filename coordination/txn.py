@@ -6,7 +6,6 @@ wins or reads back who holds the task."""
 from __future__ import annotations
 
 import copy
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +17,7 @@ from common.jsonpaths import ABSENT as _ABSENT
 from common.jsonpaths import json_equal, json_less, path_delete, path_get, path_put
 from metrics import record
 from shards import crdt
-from shards.models import SHARD_ID_REGEX, CrdtType, Shard, ShardType
+from shards.models import CrdtType, Shard, ShardType, is_shard_id
 from shards.selectors import ShardNotFound, shard_current_value
 from shards.services import (
     additive_apply_locked,
@@ -34,7 +33,6 @@ from .leases import lease_bind
 MAX_ITEMS = 100  # compares, and operations per branch
 COMPARE_OPS = {"==", "!=", "<", ">", "exists", "not_exists"}
 WRITE_OPS = {"put", "delete", "append"}
-_SHARD_ID = re.compile(SHARD_ID_REGEX)
 
 
 def invalid(message: str, **details: Any) -> ApiError:
@@ -81,7 +79,7 @@ class Txn:
 
 
 def _shard_id(raw: Any, where: str) -> str:
-    if not isinstance(raw, str) or not _SHARD_ID.match(raw):
+    if not is_shard_id(raw):
         raise invalid(f"{where}: shard_id must be a shard id.", at=where)
     return raw
 

@@ -16,7 +16,7 @@ from common.inputs import (
     StringField,
     iso_time,
 )
-from shards.models import SHARD_ID_REGEX, CrdtType, OwnerPolicy, Shard, ShardType
+from shards.models import SHARD_ID_REGEX, CrdtType, OwnerPolicy, Shard, ShardType, is_shard_id
 
 _ID_HELP = '1-128 chars of [A-Za-z0-9_.:-], not "." or ".."'
 
@@ -27,6 +27,13 @@ class ShardIdField(JsonTyped, serializers.RegexField):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(SHARD_ID_REGEX, help_text=_ID_HELP, **kwargs)
         self.error_messages["invalid"] = f"Shard ids are {_ID_HELP}."
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        # The pattern documents the rule (OpenAPI); is_shard_id is the rule itself.
+        if not is_shard_id(value):
+            self.fail("invalid")
+        return value
 
 
 class ShardCreateSerializer(serializers.Serializer):

@@ -309,6 +309,16 @@ def test_the_path_segments_dot_and_dot_dot_are_not_shard_ids(planner, shard_id):
     assert not Shard.objects.filter(pk=shard_id).exists()
 
 
+def test_an_id_with_a_trailing_newline_is_not_a_shard_id(planner, ledger):
+    # Python's "$" also matches before a final newline: "plan\n" passed the rule.
+    assert_400(planner.post("/api/shards", {"id": "plan\n", "type": "decision"}, format="json"))
+    txn = {"success": [{"op": "get", "shard_id": "ledger\n"}]}
+    assert_400(planner.post("/api/txn", txn, format="json"))
+    commit = {"expected_version": 1, "new_value": 2, "read_set": {"ledger\n": 1}}
+    assert_400(planner.post("/api/shards/ledger/commit", commit, format="json"))
+    assert not Shard.objects.filter(pk="plan\n").exists()
+
+
 def test_ids_that_merely_contain_dots_are_still_fine(planner):
     for shard_id in ("...", ".hidden", "..x", "v1.2"):
         assert (
