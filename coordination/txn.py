@@ -31,6 +31,7 @@ from shards.writer import group_commit, version_write
 from .leases import lease_bind
 
 MAX_ITEMS = 100  # compares, and operations per branch
+MAX_PATH = 32  # keys and indexes in a path
 COMPARE_OPS = {"==", "!=", "<", ">", "exists", "not_exists"}
 WRITE_OPS = {"put", "delete", "append"}
 
@@ -87,8 +88,8 @@ def _shard_id(raw: Any, where: str) -> str:
 def _path(raw: Any, where: str) -> tuple[Any, ...]:
     if raw is None:
         return ()
-    if not isinstance(raw, list) or len(raw) > 32:
-        raise invalid(f"{where}: path must be a list of keys (at most 32).", at=where)
+    if not isinstance(raw, list) or len(raw) > MAX_PATH:
+        raise invalid(f"{where}: path must be a list of keys (at most {MAX_PATH}).", at=where)
     for part in raw:
         if not (isinstance(part, str) or is_json_integer(part)):
             raise invalid(f"{where}: path parts are strings (object keys) or integers.", at=where)
@@ -128,7 +129,7 @@ def _parse_compare(raw: Any, where: str) -> Compare:
             raise invalid(f"{where}: a version check has only shard_id and version.", at=where)
         return Compare(shard_id, "version", version=version)
     op = raw.get("op")
-    if op not in COMPARE_OPS:
+    if not isinstance(op, str) or op not in COMPARE_OPS:
         raise invalid(f"{where}: op must be one of {sorted(COMPARE_OPS)}.", at=where)
     if op not in ("exists", "not_exists") and "value" not in raw:
         raise invalid(f"{where}: {op} needs a value.", at=where)
