@@ -25,6 +25,7 @@ import json
 import math
 import re
 import threading
+from datetime import UTC, datetime
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeGuard
 
@@ -203,6 +204,22 @@ class ChoiceField(JsonTyped, serializers.ChoiceField):
     """One of string choices (DRF's compares ``str(value)``: 0 would match "0")."""
 
     json_type = "string"
+
+
+class QueryDateTimeField(serializers.DateTimeField):
+    """An instant in a query parameter (ISO 8601). One that leaves the years
+    1-9999 only once moved to UTC (``0001-01-01T01:00+03:00``) is valid RFC 3339
+    but not a Python datetime: it is taken as the first or the last instant there
+    is, so "since then" means everything or nothing, not a 400."""
+
+    def enforce_timezone(self, value: datetime) -> datetime:
+        try:
+            return super().enforce_timezone(value)
+        except serializers.ValidationError:
+            if value.utcoffset() is None:
+                raise
+            edge = datetime.min if value.year == 1 else datetime.max
+            return edge.replace(tzinfo=UTC)
 
 
 _QUERY_INT = re.compile(r"-?[0-9]{1,19}")

@@ -300,6 +300,15 @@ def test_query_parameters_are_text_and_their_integers_are_still_read_from_it(adm
     assert_400(admin.get("/api/shards?limit=5.0"))
 
 
+def test_a_since_that_falls_outside_the_years_1_to_9999_in_utc_is_the_edge_of_time(admin, ledger):
+    # Valid RFC 3339 both, yet neither is an instant Python can hold in UTC.
+    everything = admin.get("/api/audit", {"since": "0001-01-01T01:21:05+03:05"})
+    assert everything.status_code == 200, everything.content
+    assert everything.json() == admin.get("/api/audit").json() != []
+    nothing = admin.get("/api/audit", {"since": "9999-12-31T23:00:00-05:00"})
+    assert (nothing.status_code, nothing.json()) == (200, [])
+
+
 # --- shard ids -------------------------------------------------------------------
 
 
