@@ -56,8 +56,10 @@ class TaskFieldsField(serializers.DictField):
         if isinstance(data, dict):
             if len(data) > MAX_FIELDS:
                 raise serializers.ValidationError(f"At most {MAX_FIELDS} fields.")
-            if any(not 1 <= len(name) <= MAX_FIELD_NAME for name in data):
-                raise serializers.ValidationError(f"Field names are 1-{MAX_FIELD_NAME} characters.")
+            if any(len(name) > MAX_FIELD_NAME for name in data):
+                raise serializers.ValidationError(
+                    f"Field names are at most {MAX_FIELD_NAME} characters."
+                )
         return super().to_internal_value(data)
 
 
