@@ -25,8 +25,8 @@ import json
 import math
 import re
 import threading
-from datetime import UTC, datetime
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeGuard
 
 from django.conf import settings
@@ -204,6 +204,21 @@ class ChoiceField(JsonTyped, serializers.ChoiceField):
     """One of string choices (DRF's compares ``str(value)``: 0 would match "0")."""
 
     json_type = "string"
+
+
+class StrictSerializer(serializers.Serializer):
+    """Unknown fields are refused (400 VALIDATION_ERROR), not ignored."""
+
+    # A caller who sends ``reason`` or ``metadata`` to a server that would drop
+    # it must find out. The OpenAPI schema says ``additionalProperties: false``
+    # (common.openapi.ClosedBodySchema).
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
 
 
 class QueryDateTimeField(serializers.DateTimeField):

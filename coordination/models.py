@@ -5,9 +5,11 @@ import secrets
 from django.db import models
 from django.utils import timezone
 
+LEASE_ID_REGEX = r"^lse_[0-9a-f]{24}$"
+
 
 def new_lease_id() -> str:
-    return f"lse_{secrets.token_hex(12)}"
+    return f"lse_{secrets.token_hex(12)}"  # LEASE_ID_REGEX
 
 
 class LeaseQuerySet(models.QuerySet):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
 from audit.models import AuditEntry
@@ -16,6 +18,7 @@ from common.inputs import (
     StringField,
     iso_time,
 )
+from common.openapi import JSON_VALUE, NO_NUL, body_rules_register
 from shards.models import SHARD_ID_REGEX, CrdtType, OwnerPolicy, Shard, ShardType, is_shard_id
 
 _ID_HELP = '1-128 chars of [A-Za-z0-9_.:-], not "." or ".."'
@@ -36,6 +39,24 @@ class ShardIdField(JsonTyped, serializers.RegexField):
         return value
 
 
+# A shard id in a path: what the server takes (a "/" would route elsewhere).
+SHARD_ID_PARAMETER = OpenApiParameter(
+    "shard_id", OpenApiTypes.STR, OpenApiParameter.PATH, pattern=SHARD_ID_REGEX
+)
+
+
+@extend_schema_field(
+    {
+        "anyOf": [{"type": "object", "additionalProperties": JSON_VALUE}, {"type": "boolean"}],
+        "nullable": True,
+        "description": "A JSON Schema (draft 2020-12) the value must satisfy.",
+    }
+)
+class ValueSchemaField(serializers.JSONField):
+    """A JSON Schema: an object or a boolean (``shards.value_schema.schema_check``
+    decides whether it is a valid and safe one)."""
+
+
 class ShardCreateSerializer(serializers.Serializer):
     id = ShardIdField()
     type = ChoiceField(choices=ShardType.choices)
@@ -43,7 +64,7 @@ class ShardCreateSerializer(serializers.Serializer):
     initial_value = serializers.JSONField(required=False, allow_null=True, default=None)
     reversible = BooleanField(required=False, default=True)
     approvals_required = Int64Field(required=False, default=1, min_value=1, max_value=10)
-    value_schema = serializers.JSONField(required=False, allow_null=True, default=None)
+    value_schema = ValueSchemaField(required=False, allow_null=True, default=None)
     owner_policy = ChoiceField(
         choices=OwnerPolicy.choices, required=False, default=OwnerPolicy.SINGLE_WRITER
     )
@@ -55,10 +76,58 @@ class ShardCreateSerializer(serializers.Serializer):
         return attrs
 
 
+def _shard_create_rules() -> dict[str, Any]:
+    """What shard_create asks of the fields together: a decision shard has no
+    crdt_type; an additive one has one, and an initial_value of its kind (or
+    none); owners-only needs owners."""
+    initial: dict[CrdtType, dict[str, Any]] = {
+        CrdtType.MAP: {"type": "object", "additionalProperties": JSON_VALUE},
+        CrdtType.ARRAY: {"type": "array", "items": JSON_VALUE},
+        CrdtType.TEXT: {"type": "string", "pattern": NO_NUL},
+    }
+    decision: dict[str, Any] = {
+        "properties": {
+            "type": {"enum": [ShardType.DECISION.value]},
+            "crdt_type": {"enum": [None], "nullable": True},
+        }
+    }
+    additive = [
+        {
+            "required": ["crdt_type"],
+            "properties": {
+                "type": {"enum": [ShardType.ADDITIVE.value]},
+                "crdt_type": {"enum": [crdt_type.value]},
+                "initial_value": {**value, "nullable": True},
+            },
+        }
+        for crdt_type, value in initial.items()
+    ]
+    policies = [
+        {"properties": {"owner_policy": {"enum": [OwnerPolicy.SINGLE_WRITER.value]}}},
+        {
+            "required": ["owner_policy", "owners"],
+            "properties": {
+                "owner_policy": {"enum": [OwnerPolicy.OWNERS_ONLY.value]},
+                "owners": {"minItems": 1},
+            },
+        },
+    ]
+    return {"allOf": [{"anyOf": [decision, *additive]}, {"anyOf": policies}]}
+
+
+body_rules_register("ShardCreate", _shard_create_rules)
+
+
 class CommitSerializer(serializers.Serializer):
     expected_version = Int64Field(min_value=1)
     new_value = serializers.JSONField(allow_null=True)
-    read_set = serializers.DictField(child=Int64Field(min_value=1), required=False, default=dict)
+    read_set = serializers.DictField(
+        child=Int64Field(min_value=1),
+        required=False,
+        default=dict,
+        help_text="Other shards the decision was based on, by id (each key a shard id "
+        "inside the key's scopes), with the version read.",
+    )
     approval_id = StringField(required=False, allow_null=True, max_length=64)
     fence = Int64Field(required=False, allow_null=True, min_value=1)
 
