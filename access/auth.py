@@ -110,6 +110,25 @@ def request_key(request: HttpRequest) -> ApiKey | ApiError | None:
     return request.zerolock_key  # type: ignore[attr-defined]
 
 
+def request_agent_id(request: HttpRequest) -> str:
+    """The agent id a request claims in X-Agent-Id (checked by ``agent_check``)."""
+    return request.META.get("HTTP_X_AGENT_ID", "").strip()
+
+
+def request_principal(request: HttpRequest) -> Principal | None:
+    """Who a request is, for what runs before DRF (the Idempotency-Key records):
+    its usable key and an agent id that key may act as, or None when DRF's
+    authentication will refuse the request (and say why)."""
+    key = request_key(request)
+    if not isinstance(key, ApiKey):
+        return None
+    try:
+        agent_id = agent_check(key, request_agent_id(request))
+    except ApiError:
+        return None
+    return Principal(key=key, agent_id=agent_id)
+
+
 def key_rate_hit(key: ApiKey) -> RateState:
     """Counts one request against a valid key: its own limit, or the default."""
     return rate_limit_hit(
@@ -208,7 +227,7 @@ class ApiKeyAuthentication(BaseAuthentication):
             raise ApiError(401, "UNAUTHENTICATED", "Send your API key in the X-API-Key header.")
         if isinstance(key, ApiError):
             raise authentication_refused(key, raw=request.META.get("HTTP_X_API_KEY", ""))
-        agent_id = agent_check(key, request.META.get("HTTP_X_AGENT_ID", "").strip())
+        agent_id = agent_check(key, request_agent_id(request._request))
         return Principal(key=key, agent_id=agent_id), key
 
     def authenticate_header(self, request: Request) -> str:

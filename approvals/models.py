@@ -11,9 +11,11 @@ from django.utils import timezone
 
 from common.prefixes import scopes_q
 
+APPROVAL_ID_REGEX = r"^apr_[0-9a-f]{24}$"
+
 
 def new_approval_id() -> str:
-    return f"apr_{secrets.token_hex(12)}"
+    return f"apr_{secrets.token_hex(12)}"  # APPROVAL_ID_REGEX
 
 
 class ApprovalStatus(models.TextChoices):

@@ -6,10 +6,18 @@ import json
 from typing import Any
 
 from django.db.models import prefetch_related_objects
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from common.boundeddiff import json_too_deep
-from common.inputs import Int64Field
+from common.inputs import (
+    ChoiceField,
+    Int64Field,
+    QueryInt64Field,
+    StrictSerializer,
+    StringField,
+)
+from common.openapi import JSON_VALUE
 from shards.serializers import ShardIdField
 
 from .diffs import ApprovalDiff, ShardNow, approval_diff, stored_diff
@@ -20,16 +28,10 @@ METADATA_MAX_BYTES = 16 * 1024
 METADATA_MAX_DEPTH = 8
 
 
-class StrictSerializer(serializers.Serializer):
-    """Unknown fields are a 400, not silence: a caller who sends ``reason`` or
-    ``metadata`` to a server that would drop it must find out."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
-        return super().to_internal_value(data)
+@extend_schema_field({"type": "object", "additionalProperties": JSON_VALUE})
+class MetadataField(serializers.JSONField):
+    """A JSON object (``metadata_check``: at most METADATA_MAX_BYTES and
+    METADATA_MAX_DEPTH levels)."""
 
 
 def metadata_check(value: Any) -> None:
@@ -48,14 +50,14 @@ class ApprovalRequestSerializer(StrictSerializer):
     shard_id = ShardIdField()
     proposed_value = serializers.JSONField(allow_null=True)
     expected_version = Int64Field(min_value=1)
-    description = serializers.CharField(max_length=4000)
+    description = StringField(max_length=4000)
     ttl_seconds = Int64Field(
         required=False,
         default=DEFAULT_TTL_SECONDS,
         min_value=MIN_TTL_SECONDS,
         max_value=MAX_TTL_SECONDS,
     )
-    metadata = serializers.JSONField(
+    metadata = MetadataField(
         required=False,
         default=dict,
         validators=[metadata_check],
@@ -65,16 +67,35 @@ class ApprovalRequestSerializer(StrictSerializer):
 
 
 class DecisionSerializer(StrictSerializer):
-    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
+    reason = StringField(required=False, allow_blank=True, default="", max_length=4000)
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "maxLength": 4000,
+        # Something besides blanks: services.approval_decide strips the reason.
+        "pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$",
+    }
+)
+class ReasonField(StringField):
+    pass
+
+
+class RejectionSerializer(StrictSerializer):
+    """Documents a rejection's body: the same fields as an approval's, but a
+    rejection needs a reason (``services.approval_decide`` refuses one without)."""
+
+    reason = ReasonField(max_length=4000)
 
 
 class ApprovalListQuerySerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=ApprovalStatus.choices, required=False)
-    shard_id = serializers.CharField(required=False, max_length=128)
-    requested_by = serializers.CharField(required=False, max_length=128)
+    status = ChoiceField(choices=ApprovalStatus.choices, required=False)
+    shard_id = StringField(required=False, max_length=128)
+    requested_by = StringField(required=False, max_length=128)
     # page x limit is an SQL OFFSET: it must stay inside 64 bits.
-    page = Int64Field(required=False, min_value=1, max_value=10**12, default=1)
-    limit = Int64Field(required=False, min_value=1, max_value=500)
+    page = QueryInt64Field(required=False, min_value=1, max_value=10**12, default=1)
+    limit = QueryInt64Field(required=False, min_value=1, max_value=500)
 
 
 class ApprovalDecisionSerializer(serializers.Serializer):

@@ -13,7 +13,7 @@ urlpatterns = [
     ),
     path(
         "approvals/<str:approval_id>/reject",
-        views.ApprovalDecideView.as_view(approve=False),
+        views.ApprovalRejectView.as_view(),
         name="approval-reject",
     ),
 ]

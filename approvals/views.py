@@ -3,28 +3,40 @@
 from __future__ import annotations
 
 from django.conf import settings
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from access.auth import principal, scope_check, sees_values
 from common.api import ApiView
 from common.inputs import parsed
-from common.openapi import CONFLICT
+from common.openapi import CONFLICT, ErrorEnvelopeSerializer
 
 from . import services
 from .diffs import ShardNow, at_request, shard_now
-from .models import Approval
+from .models import APPROVAL_ID_REGEX, Approval
 from .serializers import (
     ApprovalListQuerySerializer,
     ApprovalPageSerializer,
     ApprovalRequestSerializer,
     ApprovalSerializer,
     DecisionSerializer,
+    RejectionSerializer,
     approval_data,
 )
 
 READ, REQUEST, DECIDE = "shard:read", "approval:request", "approval:decide"
+
+APPROVAL_ID_PARAMETER = OpenApiParameter(
+    "approval_id", OpenApiTypes.STR, OpenApiParameter.PATH, pattern=APPROVAL_ID_REGEX
+)
+# GET /api/approvals/request is the request endpoint, which takes POST only.
+REQUEST_IS_NOT_AN_ID = OpenApiResponse(
+    ErrorEnvelopeSerializer,
+    description="METHOD_NOT_ALLOWED, for approval_id `request` only: that path is "
+    "POST /api/approvals/request (`Allow: POST`). Approval ids are `apr_` and 24 hex digits.",
+)
 
 
 def current_of(approval: Approval) -> ShardNow | None:
@@ -85,7 +97,10 @@ class ApprovalListView(ApiView):
 class ApprovalDetailView(ApiView):
     required_permissions = {"GET": READ}
 
-    @extend_schema(responses=ApprovalSerializer)
+    @extend_schema(
+        responses={200: ApprovalSerializer, 405: REQUEST_IS_NOT_AN_ID},
+        parameters=[APPROVAL_ID_PARAMETER],
+    )
     def get(self, request: Request, approval_id: str) -> Response:
         approval = visible_approval(request, approval_id)
         return Response(approval_data(approval, current_of(approval)))
@@ -95,7 +110,11 @@ class ApprovalDecideView(ApiView):
     required_permissions = {"POST": DECIDE}
     approve = True
 
-    @extend_schema(request=DecisionSerializer, responses={200: ApprovalSerializer, 409: CONFLICT})
+    @extend_schema(
+        request=DecisionSerializer,
+        responses={200: ApprovalSerializer, 409: CONFLICT},
+        parameters=[APPROVAL_ID_PARAMETER],
+    )
     def post(self, request: Request, approval_id: str) -> Response:
         data = parsed(DecisionSerializer, request.data if request.data else {})
         visible_approval(request, approval_id)
@@ -109,3 +128,15 @@ class ApprovalDecideView(ApiView):
         )
         shown = sees_values(principal(request).key)
         return Response(approval_data(approval, current_of(approval), sees_values=shown))
+
+
+class ApprovalRejectView(ApprovalDecideView):
+    approve = False
+
+    @extend_schema(
+        request=RejectionSerializer,
+        responses={200: ApprovalSerializer, 409: CONFLICT},
+        parameters=[APPROVAL_ID_PARAMETER],
+    )
+    def post(self, request: Request, approval_id: str) -> Response:
+        return super().post(request, approval_id)

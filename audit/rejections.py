@@ -27,6 +27,7 @@ from django.conf import settings
 
 from audit.chain import audited_transaction
 from audit.models import AuditAction, AuditEntry
+from common.inputs import is_json_integer
 from common.writebehind import WriteBehind
 from metrics import record
 
@@ -55,11 +56,7 @@ def rejection_entry(
 ) -> dict[str, Any]:
     """The audit record of one refused commit, checked so that it can always be
     written: an expected version outside 64 bits is kept as a flag, not a number."""
-    in_range = (
-        isinstance(expected, int)
-        and not isinstance(expected, bool)
-        and BIGINT_MIN <= expected <= BIGINT_MAX
-    )
+    in_range = is_json_integer(expected) and BIGINT_MIN <= expected <= BIGINT_MAX
     details: dict[str, Any] = {"code": storable_text(code, 64)}
     if not in_range:
         details["expected_version_out_of_range"] = True

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from common.inputs import Int64Field, iso_time
+from common.inputs import QueryDateTimeField, QueryInt64Field, StringField, iso_time
 
 from .models import AuditEntry
 
@@ -31,12 +31,12 @@ class AuditEntrySerializer(serializers.ModelSerializer):
 
 
 class AuditQuerySerializer(serializers.Serializer):
-    shard_id = serializers.CharField(required=False)
-    agent_id = serializers.CharField(required=False)
-    action = serializers.CharField(required=False)
-    since = serializers.DateTimeField(required=False)
-    after = Int64Field(required=False, min_value=0, default=0)
-    limit = Int64Field(required=False, min_value=1, max_value=1000, default=100)
+    shard_id = StringField(required=False)
+    agent_id = StringField(required=False)
+    action = StringField(required=False)
+    since = QueryDateTimeField(required=False)
+    after = QueryInt64Field(required=False, min_value=0, default=0)
+    limit = QueryInt64Field(required=False, min_value=1, max_value=1000, default=100)
 
 
 def audit_data(entry: AuditEntry) -> dict[str, Any]:

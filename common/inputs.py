@@ -7,8 +7,14 @@
   400 before any view, serializer or database sees them. Each of these answered
   500 before: a RecursionError in ``json.loads``/the renderer, an overflow in the
   database driver, and a UnicodeEncodeError on write.
-- Integer fields of request serializers are ``Int64Field`` (same range, also for
-  query parameters and numbers sent as strings).
+- Every field of a request body takes its own JSON type and nothing else
+  (``JsonTyped``: ``Int64Field``, ``StringField``, ``BooleanField``,
+  ``ChoiceField``, and ``ShardIdField`` in shards): DRF's own fields coerce, so
+  ``{"id": 0}`` became shard ``"0"``, ``"60"`` and ``1000.0`` were a
+  ``ttl_seconds`` and ``"false"`` a boolean. Strings are taken as sent (not
+  trimmed). Hand-parsed bodies (transactions, leases, additive operations) ask
+  ``is_json_integer``. Query parameters are text: their integers are
+  ``QueryInt64Field`` (ASCII digits), the same 64-bit range.
 - ``revision_param`` parses a non-negative revision from a query string or a
   header: ``str.isdigit`` accepts "²", which ``int()`` then refuses.
 """
@@ -19,8 +25,9 @@ import json
 import math
 import re
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, ClassVar, TypeGuard
 
 from django.conf import settings
 from rest_framework import serializers
@@ -144,13 +151,108 @@ class SafeJSONParser(JSONParser):
         return json_body_loads(stream.read() if stream is not None else b"")
 
 
-class Int64Field(serializers.IntegerField):
-    """An integer the database can store: 64-bit signed unless narrowed."""
+def is_json_integer(value: object) -> TypeGuard[int]:
+    """A JSON integer as parsed: an int, and not a bool (``True == 1`` in Python)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
+    "integer": is_json_integer,
+    "string": lambda value: isinstance(value, str),
+    "boolean": lambda value: isinstance(value, bool),
+}
+
+
+class JsonTyped:
+    """Mixed into a DRF field of a request body: only a value of the field's own
+    JSON type gets to the field (which would coerce anything else), and strings
+    are not trimmed. ``null`` is still the field's ``allow_null`` to decide."""
+
+    json_type: ClassVar[str]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if isinstance(self, serializers.CharField):
+            kwargs.setdefault("trim_whitespace", False)
+        super().__init__(*args, **kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not _JSON_TYPES[self.json_type](data):
+            raise serializers.ValidationError(f"Must be a JSON {self.json_type}.", code="type")
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class Int64Field(JsonTyped, serializers.IntegerField):
+    """A JSON integer the database can store: 64-bit signed unless narrowed."""
+
+    json_type = "integer"
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("max_value", INT64_MAX)
         kwargs.setdefault("min_value", INT64_MIN)
         super().__init__(**kwargs)
+
+
+class StringField(JsonTyped, serializers.CharField):
+    json_type = "string"
+
+
+class BooleanField(JsonTyped, serializers.BooleanField):
+    json_type = "boolean"
+
+
+class ChoiceField(JsonTyped, serializers.ChoiceField):
+    """One of string choices (DRF's compares ``str(value)``: 0 would match "0")."""
+
+    json_type = "string"
+
+
+class StrictSerializer(serializers.Serializer):
+    """Unknown fields are refused (400 VALIDATION_ERROR), not ignored."""
+
+    # A caller who sends ``reason`` or ``metadata`` to a server that would drop
+    # it must find out. The OpenAPI schema says ``additionalProperties: false``
+    # (common.openapi.ClosedBodySchema).
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class QueryDateTimeField(serializers.DateTimeField):
+    """An instant in a query parameter (ISO 8601). One that leaves the years
+    1-9999 only once moved to UTC (``0001-01-01T01:00+03:00``) is valid RFC 3339
+    but not a Python datetime: it is taken as the first or the last instant there
+    is, so "since then" means everything or nothing, not a 400."""
+
+    def enforce_timezone(self, value: datetime) -> datetime:
+        try:
+            return super().enforce_timezone(value)
+        except serializers.ValidationError:
+            if value.utcoffset() is None:
+                raise
+            edge = datetime.min if value.year == 1 else datetime.max
+            return edge.replace(tzinfo=UTC)
+
+
+_QUERY_INT = re.compile(r"-?[0-9]{1,19}")
+
+
+class QueryInt64Field(serializers.IntegerField):
+    """An integer written as text, in a query parameter: ASCII digits (DRF's own
+    field also reads "5.0", " 5" and "+5"), in the 64-bit range."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_value", INT64_MAX)
+        kwargs.setdefault("min_value", INT64_MIN)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> int:
+        if not isinstance(data, str) or not _QUERY_INT.fullmatch(data):
+            self.fail("invalid")
+        return int(data)
 
 
 def revision_param(raw: str, name: str) -> int:

@@ -6,7 +6,12 @@ request racing each other apply once: the second is told the first is still in
 progress (409 IDEMPOTENCY_IN_PROGRESS) and retries. Responses are kept 24 hours
 per API key; 5xx and 429 are not kept, so those retries run again. A hard crash
 between the write and storing its response leaves the key reserved until it
-ages out (the write itself is durable either way)."""
+ages out (the write itself is durable either way).
+
+A record belongs to the API key and the agent id (X-Agent-Id) together: two
+agents sharing a key each have their own. Only a request that will
+authenticate reserves or replays one, so a bad, revoked or expired key, or an
+agent its key may not act as, gets DRF's refusal and leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
+from access.auth import Principal, request_principal
 from common.db import sqlite_writer_queue
 from common.errors import envelope
 from common.paths import is_api_path
@@ -30,6 +36,11 @@ MAX_KEY = 255
 
 def _error(status: int, code: str, message: str) -> JsonResponse:
     return JsonResponse(envelope(code, message), status=status)
+
+
+def record_scope(who: Principal) -> str:
+    """Whose record it is: the key (by its unique prefix) and the agent it acts as."""
+    return hashlib.sha256(f"{who.key.prefix}\n{who.agent_id}".encode()).hexdigest()
 
 
 def idempotency_prune() -> int:
@@ -49,8 +60,10 @@ class IdempotencyMiddleware:
             return _error(
                 400, "VALIDATION_ERROR", f"Idempotency-Key must be 1-{MAX_KEY} characters."
             )
-        api_key = request.headers.get("X-API-Key", "")
-        scope = hashlib.sha256(api_key.encode()).hexdigest()[:32]
+        who = request_principal(request)
+        if who is None:
+            return self.get_response(request)  # DRF answers 401 or 403; nothing stored
+        scope = record_scope(who)
         digest = hashlib.sha256(
             b"\n".join([request.method.encode(), request.get_full_path().encode(), request.body])
         ).hexdigest()

@@ -24,6 +24,7 @@ from access.auth import Actor
 from audit.chain import AuditWriter
 from audit.models import AuditAction
 from common.errors import ApiError
+from common.inputs import is_json_integer
 from common.jsonpaths import path_delete
 from shards.models import Shard, ShardType
 from shards.writer import version_write, write_transaction
@@ -44,11 +45,7 @@ def lease_data(lease: Lease) -> dict[str, Any]:
 
 
 def _ttl(ttl_seconds: Any) -> int:
-    if (
-        not isinstance(ttl_seconds, int)
-        or isinstance(ttl_seconds, bool)
-        or not (MIN_TTL <= ttl_seconds <= MAX_TTL)
-    ):
+    if not is_json_integer(ttl_seconds) or not (MIN_TTL <= ttl_seconds <= MAX_TTL):
         raise ApiError(
             400,
             "VALIDATION_ERROR",

@@ -5,9 +5,11 @@ import secrets
 from django.db import models
 from django.utils import timezone
 
+LEASE_ID_REGEX = r"^lse_[0-9a-f]{24}$"
+
 
 def new_lease_id() -> str:
-    return f"lse_{secrets.token_hex(12)}"
+    return f"lse_{secrets.token_hex(12)}"  # LEASE_ID_REGEX
 
 
 class LeaseQuerySet(models.QuerySet):
@@ -57,7 +59,7 @@ class LeaseBinding(models.Model):
 class IdempotencyRecord(models.Model):
     """A write's stored response, replayed for a retry with the same key and body."""
 
-    scope = models.CharField(max_length=64)  # the API key's prefix
+    scope = models.CharField(max_length=64)  # SHA-256 of the key prefix and agent id
     key = models.CharField(max_length=255)
     request_hash = models.CharField(max_length=64)
     status = models.PositiveSmallIntegerField(null=True)  # None while in progress

@@ -5,23 +5,42 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
-from common.inputs import Int64Field
+from common.inputs import INT64_MAX, INT64_MIN, Int64Field, StrictSerializer, StringField
+from common.openapi import (
+    JSON_NUMBER,
+    JSON_VALUE,
+    NO_NUL,
+    NON_EMPTY_NO_NUL,
+    body_rules_register,
+)
+from shards.models import SHARD_ID_REGEX
 
 from .claims import HOLDER
+from .leases import MAX_TTL, MIN_TTL
+from .models import LEASE_ID_REGEX
+from .txn import COMPARE_OPS, MAX_ITEMS, MAX_PATH
 
 MAX_FIELDS = 32  # in where, and in set
 MAX_FIELD_NAME = 128
 MAX_STRING = 1024
 _SCALAR_SCHEMA = {
     "oneOf": [
-        {"type": "string", "maxLength": MAX_STRING},
-        {"type": "number"},
+        {"type": "string", "maxLength": MAX_STRING, "pattern": NO_NUL},
+        JSON_NUMBER,
         {"type": "boolean"},
     ],
     "nullable": True,
+}
+_FIELDS_SCHEMA = {
+    "type": "object",
+    "minProperties": 1,
+    "maxProperties": MAX_FIELDS,
+    "additionalProperties": _SCALAR_SCHEMA,
+    "description": f"Field names are at most {MAX_FIELD_NAME} characters.",
 }
 
 
@@ -38,14 +57,7 @@ class ScalarField(serializers.JSONField):
         return data
 
 
-@extend_schema_field(
-    {
-        "type": "object",
-        "minProperties": 1,
-        "maxProperties": MAX_FIELDS,
-        "additionalProperties": _SCALAR_SCHEMA,
-    }
-)
+@extend_schema_field(_FIELDS_SCHEMA)
 class TaskFieldsField(serializers.DictField):
     """A non-empty object of at most MAX_FIELDS task fields with scalar values."""
 
@@ -56,30 +68,28 @@ class TaskFieldsField(serializers.DictField):
         if isinstance(data, dict):
             if len(data) > MAX_FIELDS:
                 raise serializers.ValidationError(f"At most {MAX_FIELDS} fields.")
-            if any(not 1 <= len(name) <= MAX_FIELD_NAME for name in data):
-                raise serializers.ValidationError(f"Field names are 1-{MAX_FIELD_NAME} characters.")
+            if any(len(name) > MAX_FIELD_NAME for name in data):
+                raise serializers.ValidationError(
+                    f"Field names are at most {MAX_FIELD_NAME} characters."
+                )
         return super().to_internal_value(data)
 
 
-class LeaseIdField(serializers.CharField):
-    """A lease id, sent as a string (7 is not coerced to "7": as in a transaction)."""
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            raise serializers.ValidationError("Must be a string.")
-        return super().to_internal_value(data)
+@extend_schema_field({**_FIELDS_SCHEMA, "not": {"required": [HOLDER]}})
+class TaskSetField(TaskFieldsField):
+    """The fields a claimed task gets: never ``holder``, which the server sets."""
 
 
-class ClaimSerializer(serializers.Serializer):
+class ClaimSerializer(StrictSerializer):
     where = TaskFieldsField(
         help_text="What a free task looks like: every field equal (as a transaction's "
         '`==` compare), e.g. {"status": "pending"}.'
     )
-    set = TaskFieldsField(
+    set = TaskSetField(
         help_text='Fields the claimed task gets, e.g. {"status": "claimed"}; the '
         "server also sets `holder` to the acting agent."
     )
-    lease_id = LeaseIdField(
+    lease_id = StringField(
         required=False,
         allow_null=True,
         max_length=64,
@@ -88,9 +98,6 @@ class ClaimSerializer(serializers.Serializer):
     fence = Int64Field(required=False, allow_null=True, min_value=1)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = set(self.initial_data) - set(self.fields)
-        if unknown:
-            raise serializers.ValidationError(f"Unknown fields: {sorted(unknown)}.")
         if HOLDER in attrs["set"]:
             raise serializers.ValidationError(
                 {"set": [f"{HOLDER} is set by the server: it is the acting agent."]}
@@ -107,3 +114,116 @@ class ClaimResultSerializer(serializers.Serializer):
         required=False,
         help_text="The whole queue as written; left out with `Prefer: return=minimal`.",
     )
+
+
+LEASE_ID_PARAMETER = OpenApiParameter(
+    "lease_id", OpenApiTypes.STR, OpenApiParameter.PATH, pattern=LEASE_ID_REGEX
+)
+
+
+class LeaseRequestSerializer(serializers.Serializer):
+    """Documents the body of POST /api/leases (``leases.lease_grant`` checks it;
+    other fields are ignored)."""
+
+    ttl_seconds = Int64Field(min_value=MIN_TTL, max_value=MAX_TTL)
+
+
+# --- POST /api/txn: the body txn_parse reads, as OpenAPI ----------------------------
+
+
+def _txn_schema() -> dict[str, Any]:
+    shard_id = {"type": "string", "pattern": SHARD_ID_REGEX}
+    key = {
+        "oneOf": [
+            {"type": "string", "pattern": NO_NUL},
+            {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX},
+        ]
+    }
+    path = {"type": "array", "items": key, "maxItems": MAX_PATH, "nullable": True}
+    no_path = {"type": "array", "maxItems": 0, "nullable": True}
+    lease_id = {"type": "string", "pattern": NON_EMPTY_NO_NUL, "nullable": True}
+    version_compare = {
+        "type": "object",
+        "properties": {
+            "shard_id": shard_id,
+            "version": {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+        },
+        "required": ["shard_id", "version"],
+        "additionalProperties": False,
+    }
+    valueless = sorted({"exists", "not_exists"} & COMPARE_OPS)
+    field_compare = {
+        "type": "object",
+        "properties": {
+            "shard_id": shard_id,
+            "op": {"type": "string", "enum": sorted(COMPARE_OPS)},
+            "path": path,
+            "value": JSON_VALUE,
+        },
+        "required": ["shard_id", "op"],
+        "additionalProperties": JSON_VALUE,  # ignored
+        # "version" makes it a version check; ==, !=, < and > need a value.
+        "not": {"required": ["version"]},
+        "anyOf": [{"properties": {"op": {"enum": valueless}}}, {"required": ["value"]}],
+    }
+
+    def op(name: str, required: list[str], **fields: Any) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "op": {"type": "string", "enum": [name]},
+                "shard_id": shard_id,
+                "lease_id": lease_id,
+                **fields,
+            },
+            "required": ["op", "shard_id", *required],
+            "additionalProperties": JSON_VALUE,  # ignored
+        }
+
+    operation = {
+        "oneOf": [
+            op("get", [], path=path),
+            op("put", ["value"], path=path, value=JSON_VALUE),
+            op("delete", ["path"], path={**path, "minItems": 1, "nullable": False}),
+            op(
+                "append",
+                ["items"],
+                path=no_path,
+                items={"type": "array", "items": JSON_VALUE, "minItems": 1},
+            ),
+        ]
+    }
+    operations = {"type": "array", "items": operation, "maxItems": MAX_ITEMS}
+    return {
+        "type": "object",
+        "description": "Compares, then the success or the failure operations (docs/api.md, "
+        "Transactions). At least one operation in success or failure.",
+        "properties": {
+            "compare": {
+                "type": "array",
+                "items": {"oneOf": [version_compare, field_compare]},
+                "maxItems": MAX_ITEMS,
+            },
+            "success": operations,
+            "failure": operations,
+            "fence": {"type": "integer", "minimum": 1, "maximum": INT64_MAX, "nullable": True},
+        },
+        "additionalProperties": False,
+        "anyOf": [
+            {"required": ["success"], "properties": {"success": {"minItems": 1}}},
+            {"required": ["failure"], "properties": {"failure": {"minItems": 1}}},
+        ],
+    }
+
+
+class TxnSerializer(serializers.Serializer):
+    """Documents the body of POST /api/txn (``txn.txn_parse`` reads it); the
+    schema of each compare and operation is written out in ``_txn_schema``."""
+
+    compare = serializers.ListField(child=serializers.DictField(), required=False)
+    success = serializers.ListField(child=serializers.DictField(), required=False)
+    failure = serializers.ListField(child=serializers.DictField(), required=False)
+    fence = Int64Field(required=False, allow_null=True, min_value=1)
+
+
+body_rules_register("Txn", _txn_schema, body_required=True)

@@ -6,7 +6,6 @@ wins or reads back who holds the task."""
 from __future__ import annotations
 
 import copy
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,22 +14,29 @@ from django.conf import settings
 from access.auth import Actor, permission_check, scope_check
 from audit.chain import AuditWriter
 from common.errors import ApiError
+from common.inputs import is_json_integer
 from common.jsonpaths import ABSENT as _ABSENT
 from common.jsonpaths import json_equal, json_less, path_delete, path_get, path_put
 from common.pages import encode
 from metrics import record
 from shards import crdt
-from shards.models import SHARD_ID_REGEX, CrdtType, Shard, ShardType
+from shards.models import CrdtType, Shard, ShardType, is_shard_id
 from shards.selectors import ShardNotFound, shard_current_value
-from shards.services import additive_apply_locked, gate_check, owner_check, value_validate
+from shards.services import (
+    additive_apply_locked,
+    fence_parse,
+    gate_check,
+    owner_check,
+    value_validate,
+)
 from shards.writer import group_commit, version_write
 
 from .leases import lease_bind
 
 MAX_ITEMS = 100  # compares, and operations per branch
+MAX_PATH = 32  # keys and indexes in a path
 COMPARE_OPS = {"==", "!=", "<", ">", "exists", "not_exists"}
 WRITE_OPS = {"put", "delete", "append"}
-_SHARD_ID = re.compile(SHARD_ID_REGEX)
 
 
 def invalid(message: str, **details: Any) -> ApiError:
@@ -77,7 +83,7 @@ class Txn:
 
 
 def _shard_id(raw: Any, where: str) -> str:
-    if not isinstance(raw, str) or not _SHARD_ID.match(raw):
+    if not is_shard_id(raw):
         raise invalid(f"{where}: shard_id must be a shard id.", at=where)
     return raw
 
@@ -85,10 +91,10 @@ def _shard_id(raw: Any, where: str) -> str:
 def _path(raw: Any, where: str) -> tuple[Any, ...]:
     if raw is None:
         return ()
-    if not isinstance(raw, list) or len(raw) > 32:
-        raise invalid(f"{where}: path must be a list of keys (at most 32).", at=where)
+    if not isinstance(raw, list) or len(raw) > MAX_PATH:
+        raise invalid(f"{where}: path must be a list of keys (at most {MAX_PATH}).", at=where)
     for part in raw:
-        if isinstance(part, bool) or not isinstance(part, str | int):
+        if not (isinstance(part, str) or is_json_integer(part)):
             raise invalid(f"{where}: path parts are strings (object keys) or integers.", at=where)
     return tuple(raw)
 
@@ -99,9 +105,7 @@ def txn_parse(body: Any) -> Txn:
     unknown = set(body) - {"compare", "success", "failure", "fence"}
     if unknown:
         raise invalid(f"Unknown fields: {sorted(unknown)}.")
-    fence = body.get("fence")
-    if fence is not None and (not isinstance(fence, int) or isinstance(fence, bool) or fence < 1):
-        raise invalid("fence must be a positive integer.")
+    fence = fence_parse(body.get("fence"))
     lists = {}
     for name in ("compare", "success", "failure"):
         raw = body.get(name, [])
@@ -122,13 +126,13 @@ def _parse_compare(raw: Any, where: str) -> Compare:
     shard_id = _shard_id(raw.get("shard_id"), where)
     if "version" in raw:
         version = raw["version"]
-        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        if not is_json_integer(version) or version < 0:
             raise invalid(f"{where}: version must be a non-negative integer.", at=where)
         if set(raw) - {"shard_id", "version"}:
             raise invalid(f"{where}: a version check has only shard_id and version.", at=where)
         return Compare(shard_id, "version", version=version)
     op = raw.get("op")
-    if op not in COMPARE_OPS:
+    if not isinstance(op, str) or op not in COMPARE_OPS:
         raise invalid(f"{where}: op must be one of {sorted(COMPARE_OPS)}.", at=where)
     if op not in ("exists", "not_exists") and "value" not in raw:
         raise invalid(f"{where}: {op} needs a value.", at=where)

@@ -11,10 +11,17 @@ from common.api import ApiView
 from common.inputs import parsed
 from common.openapi import CONFLICT, PREFER_PARAMETERS, ErrorEnvelopeSerializer
 from common.prefer import write_answer
+from shards.serializers import SHARD_ID_PARAMETER
 
 from . import leases
 from .claims import task_claim
-from .serializers import ClaimResultSerializer, ClaimSerializer
+from .serializers import (
+    LEASE_ID_PARAMETER,
+    ClaimResultSerializer,
+    ClaimSerializer,
+    LeaseRequestSerializer,
+    TxnSerializer,
+)
 from .txn import txn_apply
 
 WRITE = "shard:write"
@@ -24,7 +31,9 @@ class TxnView(ApiView):
     """Compare-and-set over one or more shards: each operation's shard is checked
     against the key's permissions and scope inside the service."""
 
-    @extend_schema(request=dict, responses={200: dict, 409: CONFLICT}, parameters=PREFER_PARAMETERS)
+    @extend_schema(
+        request=TxnSerializer, responses={200: dict, 409: CONFLICT}, parameters=PREFER_PARAMETERS
+    )
     def post(self, request: Request) -> Response:
         result = txn_apply(
             actor=principal(request).actor, key=principal(request).key, body=request.data
@@ -51,7 +60,7 @@ class ClaimView(ApiView):
     @extend_schema(
         request=ClaimSerializer,
         responses={200: ClaimResultSerializer, 404: NOTHING_TO_CLAIM, 409: CONFLICT},
-        parameters=PREFER_PARAMETERS,
+        parameters=[*PREFER_PARAMETERS, SHARD_ID_PARAMETER],
     )
     def post(self, request: Request, shard_id: str) -> Response:
         data = parsed(ClaimSerializer, request.data)
@@ -69,7 +78,7 @@ class ClaimView(ApiView):
 class LeaseListView(ApiView):
     required_permissions = {"POST": WRITE}
 
-    @extend_schema(request=dict, responses={201: dict})
+    @extend_schema(request=LeaseRequestSerializer, responses={201: dict})
     def post(self, request: Request) -> Response:
         body = request.data if isinstance(request.data, dict) else {}
         lease = leases.lease_grant(
@@ -83,7 +92,9 @@ class LeaseListView(ApiView):
 class LeaseDetailView(ApiView):
     required_permissions = {"DELETE": WRITE}
 
-    @extend_schema(responses={204: OpenApiResponse(description="Revoked")})
+    @extend_schema(
+        responses={204: OpenApiResponse(description="Revoked")}, parameters=[LEASE_ID_PARAMETER]
+    )
     def delete(self, request: Request, lease_id: str) -> Response:
         leases.lease_revoke(
             lease_id=lease_id,
@@ -96,7 +107,7 @@ class LeaseDetailView(ApiView):
 class LeaseKeepAliveView(ApiView):
     required_permissions = {"POST": WRITE}
 
-    @extend_schema(request=None, responses=dict)
+    @extend_schema(request=None, responses=dict, parameters=[LEASE_ID_PARAMETER])
     def post(self, request: Request, lease_id: str) -> Response:
         lease = leases.lease_keepalive(
             lease_id=lease_id,

@@ -2,6 +2,14 @@ from __future__ import annotations
 
 from django.db import models
 
+from common.prefixes import scopes_q
+
+
+class CommitSampleQuerySet(models.QuerySet):
+    def within_scopes(self, prefixes: list[str]) -> CommitSampleQuerySet:
+        """Samples of shards a key scoped to these id prefixes may see (none: all)."""
+        return self.filter(scopes_q("shard_id", prefixes)) if prefixes else self
+
 
 class CommitSample(models.Model):
     """One commit attempt as the server saw it: the metrics' raw material."""
@@ -12,6 +20,8 @@ class CommitSample(models.Model):
     shard_id = models.CharField(max_length=128)
     latency_ms = models.FloatField()
     outcome = models.CharField(max_length=8)
+
+    objects = CommitSampleQuerySet.as_manager()
 
     class Meta:
         db_table = "shards_commitsample"

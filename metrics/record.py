@@ -257,14 +257,17 @@ def _percentile(ordered: list[float], p: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))], 2)
 
 
-def window(seconds: int, *, hot: int = 5) -> dict[str, Any]:
+def window(seconds: int, *, hot: int = 5, scopes: list[str] | None = None) -> dict[str, Any]:
+    """The last ``seconds``: counts and latencies of every commit, and the hot
+    shards among those inside ``scopes`` (a key's shard-id prefixes; None: all)."""
     since = timezone.now() - timedelta(seconds=seconds)
     samples = CommitSample.objects.filter(at__gte=since)
     outcomes = dict(samples.order_by().values_list("outcome").annotate(n=Count("id")))
     commits, conflicts = outcomes.get(CommitSample.OK, 0), outcomes.get(CommitSample.CONFLICT, 0)
     latencies = sorted(samples.values_list("latency_ms", flat=True))
     hot_shards = (
-        samples.order_by()
+        samples.within_scopes(scopes or [])
+        .order_by()
         .values("shard_id")
         .annotate(
             commits=Count("id", filter=Q(outcome=CommitSample.OK)),

@@ -3,6 +3,5 @@ from django.urls import path
 from . import views
 
 urlpatterns = [
-    path("metrics", views.MetricsView.as_view(), name="metrics"),
     path("metrics/ws", views.WsMetricsView.as_view(), name="metrics-ws"),
 ]

@@ -17,6 +17,7 @@ from typing import Any
 import pycrdt
 
 from common.errors import ApiError
+from common.inputs import is_json_integer
 
 from .models import CrdtType
 
@@ -105,7 +106,7 @@ def parse_op(crdt_type: str, body: dict[str, Any]) -> AdditiveOp:
             if not isinstance(arg, str) or not arg:
                 raise unsupported("insert takes a non-empty string.")
         elif name in ("retain", "delete"):
-            if not isinstance(arg, int) or isinstance(arg, bool) or arg < 1:
+            if not is_json_integer(arg) or arg < 1:
                 raise unsupported(f"{name} takes a positive integer.")
         else:
             raise unsupported(f"Unknown delta operation {name!r}.")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
 
@@ -16,6 +17,13 @@ SHARD_ID_REGEX = (
     r"|\.[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,126}"
     r"|\.\.[A-Za-z0-9_.:-]{1,126})$"
 )
+_SHARD_ID = re.compile(SHARD_ID_REGEX)
+
+
+def is_shard_id(text: object) -> bool:
+    """The shard-id rule. A full match: ``$`` alone also matches before a final
+    newline, which let "plan\\n" through."""
+    return isinstance(text, str) and _SHARD_ID.fullmatch(text) is not None
 
 
 class ShardType(models.TextChoices):

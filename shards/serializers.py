@@ -4,30 +4,68 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
 from audit.models import AuditEntry
-from common.inputs import Int64Field, iso_time
-from shards.models import SHARD_ID_REGEX, CrdtType, OwnerPolicy, Shard, ShardType
+from common.inputs import (
+    BooleanField,
+    ChoiceField,
+    Int64Field,
+    JsonTyped,
+    QueryInt64Field,
+    StringField,
+    iso_time,
+)
+from common.openapi import JSON_VALUE, NO_NUL, body_rules_register
+from shards.models import SHARD_ID_REGEX, CrdtType, OwnerPolicy, Shard, ShardType, is_shard_id
 
 _ID_HELP = '1-128 chars of [A-Za-z0-9_.:-], not "." or ".."'
 
 
-class ShardIdField(serializers.RegexField):
+class ShardIdField(JsonTyped, serializers.RegexField):
+    json_type = "string"
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(SHARD_ID_REGEX, help_text=_ID_HELP, **kwargs)
         self.error_messages["invalid"] = f"Shard ids are {_ID_HELP}."
 
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        # The pattern documents the rule (OpenAPI); is_shard_id is the rule itself.
+        if not is_shard_id(value):
+            self.fail("invalid")
+        return value
+
+
+# A shard id in a path: what the server takes (a "/" would route elsewhere).
+SHARD_ID_PARAMETER = OpenApiParameter(
+    "shard_id", OpenApiTypes.STR, OpenApiParameter.PATH, pattern=SHARD_ID_REGEX
+)
+
+
+@extend_schema_field(
+    {
+        "anyOf": [{"type": "object", "additionalProperties": JSON_VALUE}, {"type": "boolean"}],
+        "nullable": True,
+        "description": "A JSON Schema (draft 2020-12) the value must satisfy.",
+    }
+)
+class ValueSchemaField(serializers.JSONField):
+    """A JSON Schema: an object or a boolean (``shards.value_schema.schema_check``
+    decides whether it is a valid and safe one)."""
+
 
 class ShardCreateSerializer(serializers.Serializer):
     id = ShardIdField()
-    type = serializers.ChoiceField(choices=ShardType.choices)
-    crdt_type = serializers.ChoiceField(choices=CrdtType.choices, required=False, allow_null=True)
+    type = ChoiceField(choices=ShardType.choices)
+    crdt_type = ChoiceField(choices=CrdtType.choices, required=False, allow_null=True)
     initial_value = serializers.JSONField(required=False, allow_null=True, default=None)
-    reversible = serializers.BooleanField(required=False, default=True)
+    reversible = BooleanField(required=False, default=True)
     approvals_required = Int64Field(required=False, default=1, min_value=1, max_value=10)
-    value_schema = serializers.JSONField(required=False, allow_null=True, default=None)
-    owner_policy = serializers.ChoiceField(
+    value_schema = ValueSchemaField(required=False, allow_null=True, default=None)
+    owner_policy = ChoiceField(
         choices=OwnerPolicy.choices, required=False, default=OwnerPolicy.SINGLE_WRITER
     )
     owners = serializers.ListField(child=ShardIdField(), required=False, default=list)
@@ -38,11 +76,59 @@ class ShardCreateSerializer(serializers.Serializer):
         return attrs
 
 
+def _shard_create_rules() -> dict[str, Any]:
+    """What shard_create asks of the fields together: a decision shard has no
+    crdt_type; an additive one has one, and an initial_value of its kind (or
+    none); owners-only needs owners."""
+    initial: dict[CrdtType, dict[str, Any]] = {
+        CrdtType.MAP: {"type": "object", "additionalProperties": JSON_VALUE},
+        CrdtType.ARRAY: {"type": "array", "items": JSON_VALUE},
+        CrdtType.TEXT: {"type": "string", "pattern": NO_NUL},
+    }
+    decision: dict[str, Any] = {
+        "properties": {
+            "type": {"enum": [ShardType.DECISION.value]},
+            "crdt_type": {"enum": [None], "nullable": True},
+        }
+    }
+    additive = [
+        {
+            "required": ["crdt_type"],
+            "properties": {
+                "type": {"enum": [ShardType.ADDITIVE.value]},
+                "crdt_type": {"enum": [crdt_type.value]},
+                "initial_value": {**value, "nullable": True},
+            },
+        }
+        for crdt_type, value in initial.items()
+    ]
+    policies = [
+        {"properties": {"owner_policy": {"enum": [OwnerPolicy.SINGLE_WRITER.value]}}},
+        {
+            "required": ["owner_policy", "owners"],
+            "properties": {
+                "owner_policy": {"enum": [OwnerPolicy.OWNERS_ONLY.value]},
+                "owners": {"minItems": 1},
+            },
+        },
+    ]
+    return {"allOf": [{"anyOf": [decision, *additive]}, {"anyOf": policies}]}
+
+
+body_rules_register("ShardCreate", _shard_create_rules)
+
+
 class CommitSerializer(serializers.Serializer):
     expected_version = Int64Field(min_value=1)
     new_value = serializers.JSONField(allow_null=True)
-    read_set = serializers.DictField(child=Int64Field(min_value=1), required=False, default=dict)
-    approval_id = serializers.CharField(required=False, allow_null=True, max_length=64)
+    read_set = serializers.DictField(
+        child=Int64Field(min_value=1),
+        required=False,
+        default=dict,
+        help_text="Other shards the decision was based on, by id (each key a shard id "
+        "inside the key's scopes), with the version read.",
+    )
+    approval_id = StringField(required=False, allow_null=True, max_length=64)
     fence = Int64Field(required=False, allow_null=True, min_value=1)
 
     def validate_read_set(self, value: dict[str, int]) -> dict[str, int]:
@@ -96,14 +182,16 @@ class ShardPageSerializer(serializers.Serializer):
 
 
 class HistoryQuerySerializer(serializers.Serializer):
-    after = Int64Field(required=False, min_value=0, default=0, help_text="Versions after this one.")
+    after = QueryInt64Field(
+        required=False, min_value=0, default=0, help_text="Versions after this one."
+    )
 
 
 class ShardListQuerySerializer(serializers.Serializer):
-    type = serializers.ChoiceField(choices=ShardType.choices, required=False)
-    prefix = serializers.CharField(required=False, max_length=128)
-    after = serializers.CharField(required=False, max_length=128)
-    limit = Int64Field(required=False, min_value=1, max_value=1000)
+    type = ChoiceField(choices=ShardType.choices, required=False)
+    prefix = StringField(required=False, max_length=128)
+    after = StringField(required=False, max_length=128)
+    limit = QueryInt64Field(required=False, min_value=1, max_value=1000)
 
 
 # --- rendering ---------------------------------------------------------------

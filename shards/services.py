@@ -23,6 +23,7 @@ from audit.rejections import rejection_entry, rejections
 from common import hotsql
 from common.errors import ApiError
 from common.events import send_event_on_commit
+from common.inputs import is_json_integer
 
 from . import crdt, crdt_store, crdt_update
 from .deliveries import recorder
@@ -108,7 +109,7 @@ def fence_parse(raw: Any) -> int | None:
     """An optional lease fence in a request body: a positive 64-bit integer."""
     if raw is None:
         return None
-    if not isinstance(raw, int) or isinstance(raw, bool) or not 1 <= raw < 2**63:
+    if not is_json_integer(raw) or not 1 <= raw < 2**63:
         raise ApiError(
             400,
             "VALIDATION_ERROR",

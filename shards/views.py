@@ -22,6 +22,7 @@ from shards import services
 from shards.models import Shard, ShardType
 
 from .serializers import (
+    SHARD_ID_PARAMETER,
     CommitResultSerializer,
     CommitSerializer,
     HistoryEntrySerializer,
@@ -95,12 +96,16 @@ def _listed_shard(shard: Shard) -> dict[str, Any]:
 class ShardDetailView(ApiView):
     required_permissions = {"GET": READ, "DELETE": ADMIN}
 
-    @extend_schema(responses=ShardSerializer, operation_id="shards_get")
+    @extend_schema(
+        responses=ShardSerializer, operation_id="shards_get", parameters=[SHARD_ID_PARAMETER]
+    )
     def get(self, request: Request, shard_id: str) -> Response:
         shard = services.shard_read(shard_id=shard_id, reader=principal(request).reader)
         return Response(shard_data(shard))
 
-    @extend_schema(responses={204: OpenApiResponse(description="Deleted")})
+    @extend_schema(
+        responses={204: OpenApiResponse(description="Deleted")}, parameters=[SHARD_ID_PARAMETER]
+    )
     def delete(self, request: Request, shard_id: str) -> Response:
         services.shard_delete(actor=principal(request).actor, shard_id=shard_id)
         return Response(status=204)
@@ -112,7 +117,7 @@ class ShardCommitView(ApiView):
     @extend_schema(
         request=CommitSerializer,
         responses={200: CommitResultSerializer, 409: CONFLICT},
-        parameters=PREFER_PARAMETERS,
+        parameters=[*PREFER_PARAMETERS, SHARD_ID_PARAMETER],
     )
     def post(self, request: Request, shard_id: str) -> Response:
         shard = services.shard_get(shard_id, payload=False)
@@ -126,6 +131,9 @@ class ShardCommitView(ApiView):
                 request, result.as_dict(), shown=sees_values(principal(request).key)
             )
         data = parsed(CommitSerializer, request.data)
+        # The read set names other shards: each must be inside the key's scopes
+        # (as the shard in the path is), before anything about them is read.
+        scope_check(principal(request).key, data["read_set"])
         result = services.shard_commit(
             actor=principal(request).actor,
             shard=shard,
@@ -142,7 +150,7 @@ class ShardHistoryView(ApiView):
     required_permissions = {"GET": READ}
 
     @extend_schema(
-        parameters=[HistoryQuerySerializer],
+        parameters=[HistoryQuerySerializer, SHARD_ID_PARAMETER],
         responses={
             200: OpenApiResponse(
                 HistoryEntrySerializer(many=True),

@@ -366,6 +366,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "common.openapi.add_error_responses",  # the error envelope on every /api/ op
+        "common.openapi.add_body_rules",  # rules between body fields (after the enums)
     ],
 }
 

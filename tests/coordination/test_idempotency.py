@@ -11,7 +11,10 @@ import httpx
 import pytest
 
 from access.auth import Actor
-from access.services import api_key_create
+from access.keys import prefix_of
+from access.models import ApiKey
+from access.services import api_key_create, api_key_revoke
+from coordination.models import IdempotencyRecord
 from shards.models import Shard
 from shards.services import shard_create
 
@@ -90,3 +93,42 @@ def test_a_client_that_lost_the_response_retries_and_it_applies_once(live_server
     assert retry.headers["Idempotent-Replayed"] == "true"
     shard = Shard.objects.get(pk="ledger")
     assert (shard.version, shard.value) == (2, ["paid"])
+
+
+def test_a_request_that_fails_authentication_is_neither_stored_nor_replayed(
+    planner, counter, client_for
+):
+    bogus = client_for("zl_nothere.not-a-real-secret", agent="planner-1")
+    refused = commit(bogus, "auth-1")
+    assert refused.status_code == 401
+    assert not IdempotencyRecord.objects.exists()
+    again = commit(bogus, "auth-1")
+    assert again.status_code == 401 and "Idempotent-Replayed" not in again
+
+
+def test_a_revoked_key_retrying_gets_401_and_not_the_stored_answer(make_key, client_for, counter):
+    raw = make_key("shard:read", "shard:write")
+    agent = client_for(raw, agent="planner-1")
+    assert commit(agent, "revoked-1").status_code == 200
+    api_key_revoke(key=ApiKey.objects.get(prefix=prefix_of(raw)), revoked_by="test")
+    retry = commit(agent, "revoked-1")
+    assert (retry.status_code, retry.json()["error"]["code"]) == (401, "KEY_REVOKED")
+    assert "Idempotent-Replayed" not in retry
+
+
+def test_another_agent_of_the_same_key_with_the_same_idempotency_key_is_its_own_request(
+    make_key, client_for, counter
+):
+    raw = make_key("shard:read", "shard:write")
+    first, second = client_for(raw, agent="agent-a"), client_for(raw, agent="agent-b")
+    assert commit(first, "step-1").status_code == 200
+    # The same header value and body from another agent: applied as its own
+    # request (here it is stale), not answered with agent-a's success.
+    same = commit(second, "step-1")
+    assert (same.status_code, same.json()["error"]["code"]) == (409, "STALE_VERSION")
+    assert "Idempotent-Replayed" not in same
+    # And another body is not "reused": it is agent-b's own first use of the key.
+    other = commit(second, "step-2", version=2, value=3)
+    assert other.status_code == 200 and "Idempotent-Replayed" not in other
+    assert commit(first, "step-2", version=2, value=3).status_code == 409
+    assert Shard.objects.get(pk="counter").version == 3

@@ -7,6 +7,8 @@ from collections import Counter
 
 import httpx
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from access.auth import Actor
 from access.services import api_key_create
@@ -190,6 +192,31 @@ def test_the_rules_still_apply_gate_permissions_and_scope(planner, client_for, m
     outside = txn(scoped, success=[{"op": "get", "shard_id": "vault"}])
     assert (outside.status_code, outside.json()["error"]["shard_ids"]) == (403, ["vault"])
     assert Shard.objects.get(pk="vault").version == 1
+
+
+def test_a_compare_or_an_untaken_branch_outside_the_scopes_is_refused_before_any_read(
+    planner, client_for, make_key
+):
+    for shard_id in ("team.plan", "other.budget"):
+        planner.post(
+            "/api/shards", {"id": shard_id, "type": "decision", "initial_value": 1}, format="json"
+        )
+    scoped = client_for(make_key("shard:read", "shard:write", shard_prefixes=["team."]), agent="s")
+    with CaptureQueriesContext(connection) as queries:
+        compared = txn(
+            scoped,
+            compare=[{"shard_id": "other.budget", "version": 1}],
+            success=[{"op": "put", "shard_id": "team.plan", "value": 2}],
+        )
+        untaken = txn(
+            scoped,
+            success=[{"op": "put", "shard_id": "team.plan", "value": 2}],
+            failure=[{"op": "get", "shard_id": "other.ghost"}],
+        )
+    assert (compared.status_code, compared.json()["error"]["shard_ids"]) == (403, ["other.budget"])
+    assert (untaken.status_code, untaken.json()["error"]["shard_ids"]) == (403, ["other.ghost"])
+    assert not [q["sql"] for q in queries if "other." in q["sql"]]
+    assert Shard.objects.get(pk="team.plan").version == 1
 
 
 def test_compare_operators_on_fields_and_versions(planner):

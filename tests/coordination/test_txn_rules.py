@@ -53,6 +53,16 @@ def test_each_bad_item_is_refused_and_named_by_where_it_is():
     assert "non-empty" in refusal(empty_append).message
 
 
+@pytest.mark.parametrize("op", [{}, [], ["=="], 1, None, True])
+def test_a_compare_op_that_is_not_a_string_is_refused_not_a_crash(op):
+    # A set lookup of an object or a list raised TypeError: a 500.
+    compare = {
+        "compare": [{"shard_id": "a", "op": op, "value": 1}],
+        "success": [{"op": "get", "shard_id": "a"}],
+    }
+    assert refusal(compare).details["at"] == "compare[0]"
+
+
 def test_lists_and_paths_are_bounded():
     too_many = {"success": [{"op": "get", "shard_id": "a"}] * (MAX_ITEMS + 1)}
     assert str(MAX_ITEMS) in refusal(too_many).message

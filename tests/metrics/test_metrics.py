@@ -59,6 +59,22 @@ def test_commits_conflicts_latency_and_hot_shards_are_counted(planner):
     }
 
 
+def test_a_scoped_key_sees_only_hot_shards_inside_its_scopes(planner, make_key, client_for):
+    for shard_id in ("team.plan", "other.secret", "other.more"):
+        planner.post(
+            "/api/shards", {"id": shard_id, "type": "decision", "initial_value": 0}, format="json"
+        )
+        planner.post(
+            f"/api/shards/{shard_id}/commit", {"expected_version": 1, "new_value": 1}, format="json"
+        )
+    scoped = client_for(make_key("shard:read", shard_prefixes=["team."]), agent=None)
+    body = scoped.get("/api/metrics").json()
+    for window_name in ("last_minute", "last_hour"):
+        assert [h["shard_id"] for h in body[window_name]["hot_shards"]] == ["team.plan"]
+    everyone = planner.get("/api/metrics").json()["last_minute"]["hot_shards"]
+    assert {h["shard_id"] for h in everyone} == {"team.plan", "other.secret", "other.more"}
+
+
 def test_approvals_are_counted_by_status(planner):
     planner.post(
         "/api/shards",

@@ -87,7 +87,9 @@ def watch_until_it_ends(
                 event = data = None
             if changed_at and time.monotonic() - changed_at > 10:
                 break  # still streaming: the test fails below
-    return before, after, error, time.monotonic() - changed_at
+    took = time.monotonic() - changed_at
+    print(f"stream ended {took:.2f} s after the key change, {len(after)} changes after it")
+    return before, after, error, took
 
 
 @pytest.fixture

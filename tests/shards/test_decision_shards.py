@@ -1,6 +1,8 @@
 """Decision shards through the REST API: create, read, commit, history, delete."""
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from shards.models import Delivery
 
@@ -152,6 +154,33 @@ def test_a_read_set_naming_a_missing_shard_is_stale(planner):
     assert response.json()["error"]["stale"] == [
         {"shard_id": "ghost", "read_version": 3, "current_version": None}
     ]
+
+
+def test_a_read_set_outside_the_keys_scopes_is_refused_before_those_shards_are_read(
+    planner, make_key, client_for
+):
+    create(planner, "team.plan", initial_value="cheap")
+    create(planner, "other.budget", initial_value=100)
+    planner.post(
+        "/api/shards/other.budget/commit", {"expected_version": 1, "new_value": 50}, format="json"
+    )
+    scoped = client_for(
+        make_key("shard:read", "shard:write", shard_prefixes=["team."]), agent="scoped"
+    )
+    body = {
+        "expected_version": 1,
+        "new_value": "lavish",
+        "read_set": {"team.plan": 1, "other.budget": 1, "other.ghost": 3},
+    }
+    with CaptureQueriesContext(connection) as queries:
+        response = scoped.post("/api/shards/team.plan/commit", body, format="json")
+    assert response.status_code == 403
+    error = response.json()["error"]
+    assert (error["code"], error["permission"]) == ("PERMISSION_DENIED", "shard scope")
+    assert error["shard_ids"] == ["other.budget", "other.ghost"]
+    assert "stale" not in error and "current_version" not in str(error)
+    assert not [q["sql"] for q in queries if "other." in q["sql"]]
+    assert planner.get("/api/shards/team.plan").json()["version"] == 1
 
 
 def test_a_commit_outside_the_schema_is_a_schema_violation_and_writes_nothing(planner):

@@ -229,6 +229,86 @@ def test_the_largest_64_bit_expected_version_is_a_plain_stale_refusal(planner, l
     assert response.status_code == 409, response.content
 
 
+# --- JSON types ------------------------------------------------------------------
+# A field takes its own JSON type only: nothing is coerced ("60", 60.0 or true
+# for an integer; 0 for a string; "false" or 0 for a boolean), and a string is
+# taken as sent (" t1" is not trimmed into an id).
+
+REQUEST = {"shard_id": "ledger", "proposed_value": 2, "expected_version": 1, "description": "d"}
+COMMIT = {"expected_version": 1, "new_value": 2}
+CLAIM = {"where": {"status": "pending"}, "set": {"status": "taken"}}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/shards", {"id": 0, "type": "decision"}, "id"),
+        ("/api/shards", {"id": " t1", "type": "decision"}, "id"),
+        ("/api/shards", {"id": "t1", "type": "decision", "reversible": "false"}, "reversible"),
+        ("/api/shards", {"id": "t1", "type": "decision", "reversible": 0}, "reversible"),
+        (
+            "/api/shards",
+            {"id": "t1", "type": "decision", "approvals_required": "2"},
+            "approvals_required",
+        ),
+        (
+            "/api/shards",
+            {"id": "t1", "type": "decision", "approvals_required": 2.0},
+            "approvals_required",
+        ),
+        (
+            "/api/shards",
+            {"id": "t1", "type": "decision", "approvals_required": True},
+            "approvals_required",
+        ),
+        ("/api/shards", {"id": "t1", "type": True}, "type"),
+        (
+            "/api/shards",
+            {"id": "t1", "type": "decision", "owner_policy": "owners-only", "owners": [7]},
+            "owners",
+        ),
+        ("/api/shards/ledger/commit", {**COMMIT, "expected_version": "1"}, "expected_version"),
+        ("/api/shards/ledger/commit", {**COMMIT, "expected_version": 1.0}, "expected_version"),
+        ("/api/shards/ledger/commit", {**COMMIT, "expected_version": True}, "expected_version"),
+        ("/api/shards/ledger/commit", {**COMMIT, "read_set": {"ledger": "1"}}, "read_set"),
+        ("/api/shards/ledger/commit", {**COMMIT, "read_set": {"ledger": 1.0}}, "read_set"),
+        ("/api/shards/ledger/commit", {**COMMIT, "fence": "5"}, "fence"),
+        ("/api/shards/ledger/commit", {**COMMIT, "approval_id": 5}, "approval_id"),
+        ("/api/shards/ledger/claim", {**CLAIM, "fence": 1.0}, "fence"),
+        ("/api/shards/ledger/claim", {**CLAIM, "lease_id": 7}, "lease_id"),
+        ("/api/approvals/request", {**REQUEST, "ttl_seconds": "60"}, "ttl_seconds"),
+        ("/api/approvals/request", {**REQUEST, "ttl_seconds": 1000.0}, "ttl_seconds"),
+        ("/api/approvals/request", {**REQUEST, "ttl_seconds": True}, "ttl_seconds"),
+        ("/api/approvals/request", {**REQUEST, "expected_version": "1"}, "expected_version"),
+        ("/api/approvals/request", {**REQUEST, "description": 5}, "description"),
+        ("/api/approvals/request", {**REQUEST, "shard_id": 0}, "shard_id"),
+        ("/api/approvals/apr_0/approve", {"reason": 5}, "reason"),
+        ("/api/approvals/apr_0/reject", {"reason": False}, "reason"),
+    ],
+)
+def test_a_field_sent_as_another_json_type_is_refused_not_coerced(admin, ledger, path, body, field):
+    error = assert_400(admin.post(path, data=json.dumps(body), content_type="application/json"))
+    assert field in error["fields"], error
+    assert not Shard.objects.filter(pk__in=["0", "t1", " t1"]).exists()
+    assert Shard.objects.get(pk="ledger").version == 1
+
+
+def test_query_parameters_are_text_and_their_integers_are_still_read_from_it(admin, ledger):
+    for path in ("/api/shards?limit=5", "/api/approvals?page=1&limit=5", "/api/audit?after=0"):
+        assert admin.get(path).status_code == 200
+    assert admin.get("/api/shards/ledger/history?after=0").status_code == 200
+    assert_400(admin.get("/api/shards?limit=5.0"))
+
+
+def test_a_since_that_falls_outside_the_years_1_to_9999_in_utc_is_the_edge_of_time(admin, ledger):
+    # Valid RFC 3339 both, yet neither is an instant Python can hold in UTC.
+    everything = admin.get("/api/audit", {"since": "0001-01-01T01:21:05+03:05"})
+    assert everything.status_code == 200, everything.content
+    assert everything.json() == admin.get("/api/audit").json() != []
+    nothing = admin.get("/api/audit", {"since": "9999-12-31T23:00:00-05:00"})
+    assert (nothing.status_code, nothing.json()) == (200, [])
+
+
 # --- shard ids -------------------------------------------------------------------
 
 
@@ -236,6 +316,16 @@ def test_the_largest_64_bit_expected_version_is_a_plain_stale_refusal(planner, l
 def test_the_path_segments_dot_and_dot_dot_are_not_shard_ids(planner, shard_id):
     assert_400(planner.post("/api/shards", {"id": shard_id, "type": "decision"}, format="json"))
     assert not Shard.objects.filter(pk=shard_id).exists()
+
+
+def test_an_id_with_a_trailing_newline_is_not_a_shard_id(planner, ledger):
+    # Python's "$" also matches before a final newline: "plan\n" passed the rule.
+    assert_400(planner.post("/api/shards", {"id": "plan\n", "type": "decision"}, format="json"))
+    txn = {"success": [{"op": "get", "shard_id": "ledger\n"}]}
+    assert_400(planner.post("/api/txn", txn, format="json"))
+    commit = {"expected_version": 1, "new_value": 2, "read_set": {"ledger\n": 1}}
+    assert_400(planner.post("/api/shards/ledger/commit", commit, format="json"))
+    assert not Shard.objects.filter(pk="plan\n").exists()
 
 
 def test_ids_that_merely_contain_dots_are_still_fine(planner):

@@ -87,6 +87,34 @@ def test_the_openapi_schema_describes_every_contract_path(client):
     assert response.json()["components"]["securitySchemes"]["ApiKeyAuth"]["name"] == "X-API-Key"
 
 
+def test_the_openapi_schema_says_which_bodies_and_ids_the_server_refuses(client):
+    """The quick half of tests/site/test_api_fuzz.py's positive_data_acceptance."""
+    document = client.get("/api/schema?format=json").json()
+    schemas, paths = document["components"]["schemas"], document["paths"]
+    for closed in ("ApprovalRequest", "Decision", "Rejection", "Claim", "Txn"):
+        assert schemas[closed]["additionalProperties"] is False, closed
+    for open_body in ("ShardCreate", "Commit", "LeaseRequest"):
+        assert schemas[open_body]["additionalProperties"] == {
+            "$ref": "#/components/schemas/JsonValue"
+        }
+    assert schemas["LeaseRequest"]["required"] == ["ttl_seconds"]
+    assert schemas["Rejection"]["required"] == ["reason"]
+    assert paths["/api/txn"]["post"]["requestBody"]["required"] is True
+    assert schemas["Commit"]["properties"]["approval_id"]["pattern"] == "^[^\\u0000]+$"
+    assert "allOf" in schemas["ShardCreate"]
+    # Ids in paths have their formats: "x/commit" or "request" is none of them.
+    for path, name in (
+        ("/api/shards/{shard_id}", "shard_id"),
+        ("/api/leases/{lease_id}", "lease_id"),
+        ("/api/approvals/{approval_id}", "approval_id"),
+    ):
+        for operation in paths[path].values():
+            (parameter,) = [p for p in operation["parameters"] if p["name"] == name]
+            assert "/" not in parameter["schema"]["pattern"], path
+    # GET /api/approvals/request is the one 405 a documented path can reach.
+    assert "405" in paths["/api/approvals/{approval_id}"]["get"]["responses"]
+
+
 def test_the_docs_page_loads_nothing_from_the_internet(client):
     response = client.get("/api/docs")
     assert response.status_code == 200
