@@ -82,4 +82,4 @@ def test_eight_parallel_transactions_of_a_hundred_big_gets_stay_small_and_give_m
     print(f"RSS before {before:.0f} MB, after {after:.0f} MB; answers {max(sizes)} bytes")
     assert len(sizes) == 24
     assert max(sizes) < 5 * 1024 * 1024  # the 4 MiB cap and one value; 90 MB before
-    assert after - before < 60, (before, after)  # 577 MB to 1.32 GB before
+    assert after - before < 150, (before, after)  # +629 MB before (226 to 855 MB)

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from django.db import connection
 
 from access.auth import Actor
 from access.models import ApiKey
@@ -35,6 +36,12 @@ class Writer(threading.Thread):
         self.commits = 0
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            connection.close()  # back to the pool: a thread's connection outlives it
+
+    def _run(self) -> None:
         while not self.halt.is_set():
             shard = shard_get("ledger.main", payload=False)
             shard_commit(
