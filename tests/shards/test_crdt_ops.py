@@ -1,5 +1,7 @@
 """CRDT op parsing and the JSON each op leaves behind: the pure rules. No database."""
 
+import random
+
 import pycrdt
 import pytest
 
@@ -100,3 +102,51 @@ def test_a_shard_created_with_items_holds_them_in_order_in_one_run():
     assert state_json("array", state) == items
     # One client, one struct: the items joined into a single run as extend's do.
     assert state[:2] == b"\x01\x01"
+
+
+def _delta_by_hand(text: str, delta: list[dict]) -> str:
+    """What a delta means, step by step on a plain string."""
+    out, cursor = "", 0
+    for step in delta:
+        ((name, arg),) = step.items()
+        if name == "retain":
+            out, cursor = out + text[cursor : cursor + arg], cursor + arg
+        elif name == "insert":
+            out += arg
+        else:
+            cursor += arg
+    return out + text[cursor:]
+
+
+def _a_delta(rnd: random.Random, length: int, steps: int) -> list[dict]:
+    delta, left = [], length
+    for _ in range(steps):
+        roll = rnd.random()
+        if roll < 0.4 and left:
+            n = rnd.randint(1, min(left, 5))
+            delta.append({"retain": n})
+            left -= n
+        elif roll < 0.7 and left:
+            n = rnd.randint(1, min(left, 3))
+            delta.append({"delete": n})
+            left -= n
+        else:
+            delta.append({"insert": rnd.choice(["x", "é", "😀", "ab", "日本"])})
+    return delta
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_delta_of_any_shape_leaves_the_doc_and_the_value_as_applied_step_by_step(seed):
+    """Many edits (more than one chunk of them, see _apply_delta), deletes and
+    inserts side by side, characters of one to four UTF-8 bytes."""
+    rnd = random.Random(seed)
+    text = "".join(rnd.choice("aé😀日 ") for _ in range(rnd.randint(0, 2000)))
+    doc, _ = load("text", new_state("text", text))
+    value = text
+    for _ in range(3):
+        delta = _a_delta(rnd, len(value), rnd.choice([1, 5, 300, 1500]))
+        update, new_value = apply_op("text", doc, value, parse_op("text", {"delta": delta}))
+        assert new_value == _delta_by_hand(value, delta)
+        assert str(doc["value"]) == new_value
+        value = new_value
+    assert state_json("text", doc.get_update()) == value
