@@ -15,6 +15,9 @@
   trimmed). Hand-parsed bodies (transactions, leases, additive operations) ask
   ``is_json_integer``. Query parameters are text: their integers are
   ``QueryInt64Field`` (ASCII digits), the same 64-bit range.
+- The string and number rules (``string_check``, ``utf8_string_check``,
+  ``finite_check``) and the depth rule hold for what a Yjs update carries too
+  (shards/crdt_update.py): one rule for both ways into a shard.
 - ``revision_param`` parses a non-negative revision from a query string or a
   header: ``str.isdigit`` accepts "²", which ``int()`` then refuses.
 """
@@ -42,13 +45,14 @@ INT64_MAX = 2**63 - 1
 _ASCII_DIGITS = re.compile(r"[0-9]{1,19}")
 
 
-def json_depth_check(raw: bytes, max_depth: int) -> None:
-    """Refuses JSON nested deeper than ``max_depth``, in one pass over the bytes.
+def json_depth_check(raw: bytes, max_depth: int) -> int:
+    """Refuses JSON nested deeper than ``max_depth``, in one pass over the bytes;
+    returns how deep it nests (0 for a scalar).
 
     Runs before ``json.loads``, which recurses once per level and fails near
     1,000 levels. Brackets inside strings do not count; escapes inside strings
     are skipped so ``"\\""`` does not end a string early."""
-    depth = 0
+    depth = deepest = 0
     in_string = False
     escaped = False
     # Iterating bytes yields ints; the hot loop stays on ints.
@@ -65,15 +69,18 @@ def json_depth_check(raw: bytes, max_depth: int) -> None:
             in_string = True
         elif byte in opens:
             depth += 1
-            if depth > max_depth:
-                raise ApiError(
-                    400,
-                    "VALIDATION_ERROR",
-                    f"JSON is nested too deep: at most {max_depth} levels.",
-                    max_depth=max_depth,
-                )
+            if depth > deepest:
+                deepest = depth
+                if depth > max_depth:
+                    raise ApiError(
+                        400,
+                        "VALIDATION_ERROR",
+                        f"JSON is nested too deep: at most {max_depth} levels.",
+                        max_depth=max_depth,
+                    )
         elif byte in closes:
             depth -= 1
+    return deepest
 
 
 def _int64(text: str) -> int:
@@ -90,8 +97,7 @@ def _int64(text: str) -> int:
 
 def _finite_float(text: str) -> float:
     value = float(text)
-    if math.isinf(value):  # 1e400: no JSON encoder or database can write it back
-        raise ApiError(400, "VALIDATION_ERROR", f"Number out of range: {text[:40]}.")
+    finite_check(value, text)
     return value
 
 
@@ -99,27 +105,59 @@ def _no_constants(name: str) -> Any:
     raise ParseError(f"{name} is not valid JSON.")
 
 
-def _strings_check(data: Any) -> None:
-    """Refuses strings (values or keys) holding a lone surrogate: they cannot be
-    encoded as UTF-8, so storing or echoing them fails; or a NUL character, which
+def string_check(text: str) -> None:
+    """Refuses a string (a value or a key) holding a lone surrogate: it cannot be
+    encoded as UTF-8, so storing or echoing it fails; or a NUL character, which
     PostgreSQL's jsonb cannot store (one rule on both backends, so a value valid
-    on SQLite is valid on PostgreSQL). Iterative: no recursion."""
+    on SQLite is valid on PostgreSQL). REST bodies and Yjs updates alike."""
+    if "\x00" in text:
+        raise ApiError(
+            400, "VALIDATION_ERROR", "Strings may not contain the NUL character (\\u0000)."
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _not_unicode() from None
+
+
+def utf8_string_check(raw: bytes) -> str:
+    """The string that ``raw`` encodes, under ``string_check``: bytes that are not
+    UTF-8 (an encoded surrogate, ``\\xed\\xa0\\x80``, included) are refused as a
+    lone surrogate is."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _not_unicode() from None
+    string_check(text)
+    return text
+
+
+def _not_unicode() -> ApiError:
+    return ApiError(
+        400,
+        "VALIDATION_ERROR",
+        "Strings must be valid Unicode: a lone surrogate (like \\ud800) is refused.",
+    )
+
+
+def finite_check(number: float, shown: str) -> None:
+    """Refuses NaN and the infinities (``shown`` is how the input wrote it): JSON
+    has no spelling for them (``1e400`` parses as one), no JSON encoder or
+    PostgreSQL's jsonb can write them back, and the API would answer null."""
+    if not math.isfinite(number):
+        raise ApiError(
+            400, "VALIDATION_ERROR", f"Number out of range: {shown[:40]} (numbers are finite)."
+        )
+
+
+def _strings_check(data: Any) -> None:
+    """``string_check`` on every string of a parsed body, keys included.
+    Iterative: no recursion."""
     stack = [data]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
-                raise ApiError(
-                    400, "VALIDATION_ERROR", "Strings may not contain the NUL character (\\u0000)."
-                )
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ApiError(
-                    400,
-                    "VALIDATION_ERROR",
-                    "Strings must be valid Unicode: a lone surrogate (like \\ud800) is refused.",
-                ) from None
+            string_check(item)
         elif isinstance(item, Mapping):
             stack.extend(item.keys())
             stack.extend(item.values())

@@ -13,10 +13,22 @@ shard, and refuses:
 - content with no JSON form, and a direct child of ``value`` that the root does
   not show (a Map's items are keyed, an Array's and a Text's are not; a Text
   holds strings only) (``UNSUPPORTED_UPDATE``);
-- values nested deeper than ``ZEROLOCK_MAX_JSON_DEPTH`` (``VALIDATION_ERROR``):
-  yrs decodes and renders them recursively, and 50,000 levels (100 KB) killed
-  the process with a segmentation fault;
-- bytes that end inside a part (``MALFORMED_UPDATE``).
+- values nested deeper than ``ZEROLOCK_MAX_JSON_DEPTH`` (``VALIDATION_ERROR``),
+  counted as the shard's JSON value nests them (its root is one level): JSON
+  and lib0 values inside an item, and shared types nested in one another. yrs
+  decodes, renders and deletes them recursively: 50,000 levels of values
+  (100 KB), or 60,000 nested Y.Maps deleted in the same update (520 KB),
+  killed the process with a segmentation fault. A type's level is found by
+  following its parent (named, or by id) or its origin (an item beside it)
+  through the update's own items; one whose parent the update does not hold is
+  counted from the root's children, and ``shards.crdt.render`` measures the
+  whole value once the update is in (``updates_ahead_check`` makes sure
+  nothing waits in the Doc to be integrated later);
+- strings holding NUL or not valid UTF-8, and numbers that are not finite
+  (``VALIDATION_ERROR``): REST's rules (``common.inputs``), since PostgreSQL's
+  jsonb refuses such values when a compaction stores the JSON value;
+- bytes that end inside a part, and items that refer to each other in a circle
+  (``MALFORMED_UPDATE``).
 
 Why this is enough for the roots: an item names its parent only when it has
 neither a left nor a right origin; otherwise it takes its origin's parent. So
@@ -27,10 +39,14 @@ follows the items is not read: deletions add nothing.
 
 from __future__ import annotations
 
+import struct
+from bisect import bisect_right
+
 from django.conf import settings
+from rest_framework.exceptions import ParseError
 
 from common.errors import ApiError
-from common.inputs import json_depth_check
+from common.inputs import finite_check, json_body_loads, json_depth_check, utf8_string_check
 
 from .models import CrdtType
 
@@ -55,7 +71,13 @@ _TEXT_CONTENT = {_DELETED, _STRING}
 _ANY_FIXED = {127: 0, 126: 0, 121: 0, 120: 0, 124: 4, 123: 8, 122: 8}
 _ANY_VARINT, _ANY_STRING, _ANY_OBJECT, _ANY_ARRAY, _ANY_BYTES = 125, 119, 118, 117, 116
 
+_ANY_FLOAT32, _ANY_FLOAT64 = 124, 123
+
 _ORIGIN, _RIGHT_ORIGIN, _PARENT_SUB = 0x80, 0x40, 0x20
+
+# How an item names where it sits: under the root, in a type (by the type's id),
+# or beside another item (by that item's id), whose parent it shares.
+_IN_ROOT, _IN_TYPE, _BESIDE = 0, 1, 2
 
 
 def unsupported_update(message: str, **details: object) -> ApiError:
@@ -122,51 +144,70 @@ class _Reader:
                 self.pos = pos
                 return
 
-    def skip_any(self, depth: int, max_depth: int) -> None:
+    def string(self) -> str:
+        return utf8_string_check(self.buffer())
+
+    def skip_any(self, depth: int, max_depth: int) -> int:
+        """Reads one lib0 value whose containers start at ``depth``; returns how
+        many levels it nests (0 for a scalar)."""
         if self.pos >= self.end:
             raise _truncated()
         tag = self.data[self.pos]
         self.pos += 1
         fixed = _ANY_FIXED.get(tag)
         if fixed is not None:
+            start = self.pos
             self.skip(fixed)
+            if tag in (_ANY_FLOAT64, _ANY_FLOAT32):  # lib0 writes them big-endian
+                (number,) = struct.unpack(
+                    ">d" if tag == _ANY_FLOAT64 else ">f", self.data[start : self.pos]
+                )
+                finite_check(number, repr(number))
         elif tag == _ANY_VARINT:
             self.skip_varint()
         elif tag == _ANY_STRING:
-            self.skip_buffer()
+            self.string()
         elif tag == _ANY_BYTES:  # pycrdt stores Python bytes so; JSON has no form for them
             raise unsupported_update(
                 "This update carries binary content, which the shard's JSON value cannot show."
             )
         elif tag in (_ANY_OBJECT, _ANY_ARRAY):
             if depth >= max_depth:
-                raise _too_deep(max_depth)
+                raise too_deep(max_depth)
+            inner = 0
             for _ in range(self.uint()):
                 if tag == _ANY_OBJECT:
-                    self.skip_buffer()  # the key
-                self.skip_any(depth + 1, max_depth)
+                    self.string()  # the key
+                inner = max(inner, self.skip_any(depth + 1, max_depth))
+            return inner + 1
         else:
             raise ApiError(400, "MALFORMED_UPDATE", f"Not a Yjs update: unknown value tag {tag}.")
+        return 0
 
 
-def _too_deep(max_depth: int) -> ApiError:
+def too_deep(max_depth: int) -> ApiError:
     return ApiError(
         400,
         "VALIDATION_ERROR",
-        f"A value in the update is nested too deep: at most {max_depth} levels.",
+        f"A value in the update is nested too deep: the shard's value nests at most "
+        f"{max_depth} levels.",
         max_depth=max_depth,
     )
 
 
-def update_check(crdt_type: str, update: bytes) -> None:
+def update_check(crdt_type: str, update: bytes) -> dict[int, int]:
     """Refuses an update that reaches past the shard's root or that its JSON
-    value could not show (see the module docstring); returns None otherwise."""
+    value could not show (see the module docstring). Returns how far it reaches
+    for each client (the clock after its last struct), for
+    ``updates_ahead_check``."""
     max_depth = settings.ZEROLOCK_MAX_JSON_DEPTH
     reader = _Reader(update)
+    reach: dict[int, int] = {}
+    items = _Items()
     for _ in range(reader.uint()):  # clients
         structs = reader.uint()
-        reader.uint()  # client id
-        reader.uint()  # first clock
+        client = reader.uint()
+        clock = reader.uint()
         for _ in range(structs):
             if reader.pos >= reader.end:
                 raise _truncated()
@@ -174,18 +215,124 @@ def update_check(crdt_type: str, update: bytes) -> None:
             reader.pos += 1
             kind = info & 0x1F
             if kind in (_GC, _SKIP):
-                reader.uint()  # length
+                clock += reader.uint()  # length
                 continue
-            _item_check(reader, crdt_type, info, kind, max_depth)
+            clock += _item_check(reader, crdt_type, info, kind, max_depth, items, client, clock)
+        reach[client] = max(reach.get(client, 0), clock)
+    items.nesting_check(max_depth)
+    return reach
 
 
-def _item_check(reader: _Reader, crdt_type: str, info: int, kind: int, max_depth: int) -> None:
+class _Items:
+    """The update's items as far as nesting goes, to follow parents and origins
+    once all are read (an item may name one that comes later in the update)."""
+
+    __slots__ = ("clients", "lengths", "refs", "depths", "is_type", "types", "deepest")
+
+    def __init__(self) -> None:
+        self.clients: dict[int, tuple[list[int], list[int]]] = {}  # starts, indexes
+        self.lengths: list[int] = []
+        self.refs: list[tuple[int, int, int]] = []  # how, client, clock
+        self.depths: list[int] = []  # levels the content nests (a type: 1)
+        self.is_type: list[bool] = []
+        self.types = 0
+        self.deepest = 0
+
+    def add(
+        self,
+        client: int,
+        clock: int,
+        length: int,
+        ref: tuple[int, int, int],
+        depth: int,
+        is_type: bool,
+    ) -> None:
+        starts, indexes = self.clients.setdefault(client, ([], []))
+        starts.append(clock)
+        indexes.append(len(self.lengths))
+        self.lengths.append(length)
+        self.refs.append(ref)
+        self.depths.append(depth)
+        self.is_type.append(is_type)
+        self.types += is_type
+        self.deepest = max(self.deepest, depth)
+
+    def find(self, client: int, clock: int) -> int | None:
+        found = self.clients.get(client)
+        if found is None:
+            return None
+        starts, indexes = found
+        at = bisect_right(starts, clock) - 1
+        if at < 0 or clock >= starts[at] + self.lengths[indexes[at]]:
+            return None
+        return indexes[at]
+
+    def nesting_check(self, max_depth: int) -> None:
+        """Each item's level (the root's children are at 1, a type's children one
+        deeper than the type) plus what its content nests is at most
+        ``max_depth``. Nothing to follow when the update holds too few types to
+        nest that deep, as in nearly every real update."""
+        if 1 + self.types + self.deepest <= max_depth:
+            return
+        for starts, indexes in self.clients.values():
+            if starts != sorted(starts):  # a client listed twice
+                order = sorted(range(len(starts)), key=starts.__getitem__)
+                starts[:] = [starts[i] for i in order]
+                indexes[:] = [indexes[i] for i in order]
+        levels = [0] * len(self.lengths)  # 0: not known yet, -1: being followed
+        for first in range(len(levels)):
+            if levels[first]:
+                continue
+            chain: list[tuple[int, int]] = []  # (item, levels below what it names)
+            item, base = first, 0
+            while True:
+                levels[item] = -1
+                how, client, clock = self.refs[item]
+                named = None if how == _IN_ROOT else self.find(client, clock)
+                if named is not None and how == _IN_TYPE and not self.is_type[named]:
+                    named = None  # not a type in this update: counted from the root
+                step = 1 if how == _IN_TYPE else 0
+                chain.append((item, step))
+                if named is None:
+                    base = 1 - step  # the root's children sit at level 1
+                    break
+                if levels[named] == -1:
+                    raise ApiError(
+                        400,
+                        "MALFORMED_UPDATE",
+                        "Not a Yjs update: its items name each other as parent or origin "
+                        "in a circle.",
+                    )
+                if levels[named]:
+                    base = levels[named]
+                    break
+                item = named
+            level = base
+            for item, step in reversed(chain):
+                level += step
+                levels[item] = level
+                if level + self.depths[item] > max_depth:
+                    raise too_deep(max_depth)
+
+
+def _item_check(
+    reader: _Reader,
+    crdt_type: str,
+    info: int,
+    kind: int,
+    max_depth: int,
+    items: _Items,
+    client: int,
+    clock: int,
+) -> int:
+    """Reads and checks one item; returns its length in clocks."""
+    ref = (_IN_ROOT, 0, 0)
     if info & _ORIGIN:
-        reader.uint()
-        reader.uint()
+        ref = (_BESIDE, reader.uint(), reader.uint())
     if info & _RIGHT_ORIGIN:
-        reader.uint()
-        reader.uint()
+        right = (_BESIDE, reader.uint(), reader.uint())
+        if not info & _ORIGIN:
+            ref = right
     if not info & (_ORIGIN | _RIGHT_ORIGIN):
         keyed = bool(info & _PARENT_SUB)
         if reader.uint() == 1:  # the parent is a root, named
@@ -199,10 +346,9 @@ def _item_check(reader: _Reader, crdt_type: str, info: int, kind: int, max_depth
                 )
             _root_child_check(crdt_type, keyed, kind)
         else:  # the parent is a nested type, by its id
-            reader.uint()
-            reader.uint()
+            ref = (_IN_TYPE, reader.uint(), reader.uint())
         if keyed:
-            reader.skip_buffer()
+            reader.string()  # the key
     if crdt_type == CrdtType.TEXT and kind not in _TEXT_CONTENT:
         raise unsupported_update(
             "A text shard holds text only: this update carries "
@@ -212,13 +358,24 @@ def _item_check(reader: _Reader, crdt_type: str, info: int, kind: int, max_depth
         raise unsupported_update(
             f"This update carries {_NO_JSON_FORM[kind]}, which the shard's JSON value cannot show."
         )
+    depth = 0
     if kind == _DELETED:
-        reader.uint()
+        length = reader.uint()
     elif kind == _JSON:
-        for _ in range(reader.uint()):
-            json_depth_check(reader.buffer(), max_depth)
+        length = reader.uint()
+        for _ in range(length):
+            raw = reader.buffer()
+            if raw == b"undefined":  # how Yjs writes undefined in JSON content
+                continue
+            depth = max(depth, json_depth_check(raw, max_depth - 1))
+            try:
+                json_body_loads(raw)  # REST's rules for strings and numbers
+            except ParseError as exc:
+                raise ApiError(400, "MALFORMED_UPDATE", f"Not a Yjs update: {exc}") from None
     elif kind == _STRING:
-        reader.skip_buffer()
+        text = reader.string()
+        # Clocks count UTF-16 code units, as Yjs does.
+        length = len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
     elif kind == _TYPE:
         type_ref = reader.uint()
         if type_ref not in _TYPE_NAMES:
@@ -226,11 +383,37 @@ def _item_check(reader: _Reader, crdt_type: str, info: int, kind: int, max_depth
                 f"This update creates a shared type (type ref {type_ref}) that the shard's JSON "
                 "value cannot show: only Y.Map, Y.Array and Y.Text nest."
             )
+        length = depth = 1
     elif kind == _ANY:
-        for _ in range(reader.uint()):
-            reader.skip_any(1, max_depth)
+        length = reader.uint()
+        for _ in range(length):
+            depth = max(depth, reader.skip_any(1, max_depth))
     else:
         raise ApiError(400, "MALFORMED_UPDATE", f"Not a Yjs update: unknown content kind {kind}.")
+    items.add(client, clock, length, ref, depth, kind == _TYPE)
+    return length
+
+
+def updates_ahead_check(reach: dict[int, int], state: bytes) -> None:
+    """After the update went into the Doc (whose state vector is ``state``):
+    refuses it if some of it is still waiting, pending on clocks the Doc lacks.
+
+    yrs keeps such parts and integrates them once what they wait for arrives;
+    parts checked update by update could then join into one chain no check has
+    seen whole (60 Y.Maps per update, held back, became 660 levels at once).
+    A client that syncs first (sync step 1) never sends them."""
+    reader = _Reader(state)
+    known = {}
+    for _ in range(reader.uint()):
+        client = reader.uint()
+        known[client] = reader.uint()
+    for client, end in reach.items():
+        if known.get(client, 0) < end:
+            raise unsupported_update(
+                f"This update builds on changes the shard does not have (client {client} "
+                f"from clock {known.get(client, 0)}): sync first and send what it lacks.",
+                client=client,
+            )
 
 
 def _root_child_check(crdt_type: str, keyed: bool, kind: int) -> None:

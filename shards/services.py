@@ -428,10 +428,10 @@ def additive_update_apply(
     commit_rules_check(actor, shard, None)
     # Read before the write lock, in time proportional to the update: nothing of
     # an update that reaches past the shard's root ever touches its Doc.
-    crdt_update.update_check(shard.crdt_kind, update)
+    reach = crdt_update.update_check(shard.crdt_kind, update)
 
     def change(doc: Any, value: Any) -> tuple[bytes | None, Any]:
-        return crdt.apply_update(shard.crdt_kind, doc, update)
+        return crdt.apply_update(shard.crdt_kind, doc, update, reach)
 
     with write_transaction() as audit:
         return additive_apply_locked(

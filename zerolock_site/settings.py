@@ -431,6 +431,10 @@ ZEROLOCK_MAX_CONNECTIONS_PER_ADDRESS = env_int("ZEROLOCK_MAX_CONNECTIONS_PER_ADD
 # JSON bodies nested deeper than this get 400 (json.loads recurses per level and
 # failed near 1,000; values in the tests nest a handful of levels).
 ZEROLOCK_MAX_JSON_DEPTH = env_int("ZEROLOCK_MAX_JSON_DEPTH", 64)
+# A text shard's delta makes at most this many edits (runs of inserts and deletes
+# between retains): pycrdt walks the Text for each one, under the write lock
+# (20,000 edits: 0.4 s; the 1 MiB body alone allows 40,000: 1.6 s. shards/crdt.py).
+ZEROLOCK_MAX_DELTA_EDITS = env_int("ZEROLOCK_MAX_DELTA_EDITS", 20_000)
 # List pages (shards, audit, history) stop adding items once their JSON would
 # pass this many bytes, and say `next`; a single item larger than it still goes
 # out alone. Keeps memory flat when values are large.

@@ -276,3 +276,131 @@ def test_a_shard_at_its_cap_refuses_the_next_write_over_rest_and_yjs_and_takes_s
     assert api.post("/api/shards/capped/commit", json={"append": ["tiny"]}).status_code == 200
     version, value, size = stored("capped")
     assert version == full[0] + 2 and value[-2:] == ["small", "tiny"] and size <= SHARD_CAP
+
+
+# --- nesting, strings: what the shard's JSON value may hold ---------------------------
+
+
+def _nest(node):
+    child = pycrdt.Map()
+    if isinstance(node, pycrdt.Map):
+        node["k"] = child
+    else:
+        node.append(child)
+    return child
+
+
+async def _send_and_refusal(url: str, key: str, shard_id: str, update: bytes) -> tuple[dict, int]:
+    async with aconnect_ws(
+        ws_url(url, shard_id), headers=headers(key), max_message_size_bytes=MiB
+    ) as ws:
+        await synced(ws, pycrdt.Doc())
+        await ws.send_bytes(create_update_message(update))
+        return await refusal(ws)
+
+
+@pytest.mark.live
+@DB
+def test_1000_nested_y_maps_in_one_update_are_refused_with_4400_and_nothing_is_stored(
+    capped_server,
+):
+    """They reached render's recursion limit: a RecursionError, the socket dead
+    without an answer."""
+    _, url = capped_server
+    key = a_key()
+    shard_create(actor=Actor("t"), shard_id="deep", shard_type="additive", crdt_type="map")
+    before = stored("deep")
+    client = pycrdt.Doc()
+    node = client.get("value", type=pycrdt.Map)
+    with client.transaction():
+        for _ in range(1000):
+            node = _nest(node)
+
+    error, code = asyncio.run(_send_and_refusal(url, key, "deep", client.get_update()))
+    assert (error["code"], error["max_depth"], code) == ("VALIDATION_ERROR", 64, 4400)
+    assert stored("deep") == before
+
+
+@pytest.mark.live
+@DB
+def test_a_deep_nest_deleted_in_the_same_update_is_refused_and_the_server_lives(capped_server):
+    """60,000 nested Y.Maps and a deletion of the outermost, 520 KB: yrs deletes
+    recursively, and the server died with a segmentation fault."""
+    _, url = capped_server
+    key = a_key()
+    shard_create(actor=Actor("t"), shard_id="deep-gone", shard_type="additive", crdt_type="map")
+    before = stored("deep-gone")
+    client = pycrdt.Doc(client_id=5)
+    node = client.get("value", type=pycrdt.Map)
+    with client.transaction():
+        for _ in range(60_000):
+            node = _nest(node)
+    update = pycrdt.merge_updates(client.get_update(), bytes([0, 1, 5, 1, 0, 1]))  # delete (5, 0)
+
+    error, code = asyncio.run(_send_and_refusal(url, key, "deep-gone", update))
+    assert (error["code"], code) == ("VALIDATION_ERROR", 4400)
+    assert httpx.get(f"{url}/api/health", timeout=WAIT).status_code == 200
+    assert stored("deep-gone") == before
+
+
+@pytest.mark.live
+@DB
+def test_nesting_grown_one_level_per_update_is_refused_at_the_limit(capped_server):
+    """Each update names the type it nests in by id only: the value as a whole
+    is measured once each update is in."""
+    _, url = capped_server
+    key = a_key()
+    shard_create(actor=Actor("t"), shard_id="grown", shard_type="additive", crdt_type="array")
+
+    async def scenario() -> tuple[dict, int]:
+        async with aconnect_ws(ws_url(url, "grown"), headers=headers(key)) as ws:
+            doc = pycrdt.Doc()
+            node = doc.get("value", type=pycrdt.Array)
+            await synced(ws, doc)
+            for _ in range(63):  # 64 levels with the root
+
+                def deeper(_doc: pycrdt.Doc) -> None:
+                    nonlocal node
+                    node = _nest(node)
+
+                await edit_and_send(ws, doc, deeper)
+            for _ in range(WAIT * 20):
+                if (await asyncio.to_thread(stored, "grown"))[0] == 64:
+                    break
+                await asyncio.sleep(0.05)
+            assert (await asyncio.to_thread(stored, "grown"))[0] == 64  # a version each
+            await edit_and_send(ws, doc, lambda _: _nest(node))
+            return await refusal(ws)
+
+    error, code = asyncio.run(scenario())
+    assert (error["code"], error["max_depth"], code) == ("VALIDATION_ERROR", 64, 4400)
+    assert stored("grown")[0] == 64
+
+
+@pytest.mark.live
+@DB
+@pytest.mark.parametrize(
+    ("crdt_type", "edit"),
+    [
+        ("map", lambda root: root.__setitem__("note", "before\x00after")),
+        ("map", lambda root: root.__setitem__("key\x00", 1)),
+        ("text", lambda root: root.insert(0, "te\x00xt")),
+    ],
+    ids=["map-value", "map-key", "text"],
+)
+def test_a_nul_written_over_yjs_is_refused_with_4400_and_nothing_is_stored(
+    capped_server, crdt_type, edit
+):
+    """PostgreSQL's jsonb refuses NUL: stored, it failed every later compaction."""
+    _, url = capped_server
+    key = a_key()
+    shard_id = f"nul-{crdt_type}-{abs(hash(edit))}"
+    shard_create(actor=Actor("t"), shard_id=shard_id, shard_type="additive", crdt_type=crdt_type)
+    before = stored(shard_id)
+    client = pycrdt.Doc()
+    edit(client.get("value", type=pycrdt.Map if crdt_type == "map" else pycrdt.Text))
+
+    error, code = asyncio.run(_send_and_refusal(url, key, shard_id, client.get_update()))
+    assert (error["code"], code) == ("VALIDATION_ERROR", 4400)
+    assert "NUL" in error["message"]
+    assert stored(shard_id) == before

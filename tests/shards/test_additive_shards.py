@@ -165,3 +165,24 @@ def test_the_update_log_folds_into_the_snapshot_and_a_cold_process_rebuilds_it(p
     value = planner.get("/api/shards/long").json()["value"]
     assert value == list(range(crdt_store.COMPACT_EVERY + 5))
     assert stored("long")[0] == stored("long")[1] == value
+
+
+def test_a_delta_of_more_edits_than_the_limit_is_refused_whole_and_retains_do_not_count(
+    planner, settings
+):
+    settings.ZEROLOCK_MAX_DELTA_EDITS = 3
+    create(planner, "doc", "text", "abcdefgh")
+    # Three edits: a run of inserts and deletes between two retains is one.
+    three = [{"insert": "A"}, {"delete": 1}, {"retain": 2}, {"delete": 1}, {"insert": "B"},
+             {"retain": 1}, {"retain": 1}, {"insert": "C"}]  # fmt: skip
+    assert commit(planner, "doc", {"delta": three}).json()["value"] == "AbcBefCgh"
+    before = Shard.objects.get(pk="doc").version
+
+    four = [*three, {"retain": 1}, {"insert": "D"}]
+    response = commit(planner, "doc", {"delta": four})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["code"], error["max_edits"]) == ("UNSUPPORTED_DIFF", 3)
+    assert "4 edits" in error["message"]
+    assert Shard.objects.get(pk="doc").version == before
+    assert stored("doc") == ("AbcBefCgh", "AbcBefCgh")

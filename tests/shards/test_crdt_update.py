@@ -192,3 +192,155 @@ def test_mangled_updates_get_a_refusal_or_pass_and_nothing_else():
             update_check("map", bytes(mangled))
         except ApiError as error:
             assert error.status == 400
+
+
+# --- shared types nested in one another -------------------------------------------
+
+
+def _nested(levels: int, make, doc: pycrdt.Doc | None = None) -> bytes:
+    """``levels`` shared types, each inside the one before, in one transaction."""
+    doc = doc or pycrdt.Doc()
+    node = doc.get("value", type=pycrdt.Map)
+    with doc.transaction():
+        for _ in range(levels):
+            node = make(node)
+    return doc.get_update()
+
+
+def _map_in(node):
+    child = pycrdt.Map()
+    if isinstance(node, pycrdt.Map):
+        node["k"] = child
+    else:
+        node.append(child)
+    return child
+
+
+def _array_after_a_sibling(node):
+    """An Array placed after an item already there: it names that item (its
+    origin), not its parent."""
+    child = pycrdt.Array()
+    if isinstance(node, pycrdt.Map):
+        node["k"] = child
+    else:
+        node.append("sibling")
+        node.append(child)
+    return child
+
+
+@pytest.mark.parametrize("make", [_map_in, _array_after_a_sibling], ids=["by-parent", "by-origin"])
+def test_shared_types_nested_past_the_depth_limit_in_one_update_are_refused(settings, make):
+    """The shard's value counts its root as one level, as REST counts a body."""
+    settings.ZEROLOCK_MAX_JSON_DEPTH = 64
+    update_check("map", _nested(63, make))
+    error = refused("map", _nested(64, make))
+    assert (error.code, error.details["max_depth"]) == ("VALIDATION_ERROR", 64)
+    assert refused("map", _nested(1000, make)).code == "VALIDATION_ERROR"
+
+
+def test_nesting_is_followed_through_items_that_come_later_in_the_update(settings):
+    """Two clients build one level each in turn: Yjs writes the higher client id
+    first, so every other level names a parent the update holds further on."""
+    settings.ZEROLOCK_MAX_JSON_DEPTH = 64
+    docs = [pycrdt.Doc(client_id=1), pycrdt.Doc(client_id=2)]
+    path: list[str] = []
+    for level in range(70):
+        doc, other = docs[level % 2], docs[1 - level % 2]
+        node = doc.get("value", type=pycrdt.Map)
+        for key in path:
+            node = node[key]
+        node[f"k{level}"] = pycrdt.Map()
+        path.append(f"k{level}")
+        other.apply_update(doc.get_update(other.get_state()))
+    update = docs[0].get_update()
+    assert (update[0], update[2]) == (2, 2)  # two clients, client 2 first
+    assert refused("map", update).code == "VALIDATION_ERROR"
+
+
+def _deep_and_deleted(levels: int) -> bytes:
+    """``levels`` nested Y.Maps, and a deletion of the outermost: one update."""
+    items = _nested(levels, _map_in, pycrdt.Doc(client_id=5))
+    return pycrdt.merge_updates(items, bytes([0, 1, 5, 1, 0, 1]))  # delete (5, 0)
+
+
+def test_nested_types_deleted_in_the_same_update_are_refused_before_pycrdt_sees_them():
+    update = _deep_and_deleted(60_000)
+    assert len(update) < 1024 * 1024  # within the body limit
+    assert refused("map", update).code == "VALIDATION_ERROR"
+
+
+def test_pycrdt_left_alone_dies_deleting_them():
+    """Why nesting is counted across an update's items: yrs deletes a type's
+    children recursively, and the process goes (a segmentation fault)."""
+    script = (
+        "import pycrdt, sys, threading\n"
+        "doc = pycrdt.Doc(); doc['value'] = pycrdt.Map()\n"
+        "update = sys.stdin.buffer.read()\n"
+        "worker = threading.Thread(target=doc.apply_update, args=(update,))\n"
+        "worker.start(); worker.join()\n"
+    )
+    died = subprocess.run(
+        [sys.executable, "-c", script], input=_deep_and_deleted(60_000), capture_output=True,
+        timeout=120,
+    )  # fmt: skip
+    assert died.returncode < 0  # killed by a signal, not an exception
+
+
+def test_items_that_name_each_other_in_a_circle_are_malformed():
+    # 70 Y.Maps of client 5, each placed after the next one (its origin).
+    items = b"".join(bytes([0x80 | 7, 5, (n + 1) % 70, 1]) for n in range(70))
+    error = refused("map", b"\x01\x46\x05\x00" + items + b"\x00")
+    assert (error.code, "circle" in error.message) == ("MALFORMED_UPDATE", True)
+
+
+# --- strings and numbers: REST's rules -----------------------------------------------
+
+
+def _swap(update: bytes, old: bytes, new: bytes) -> bytes:
+    assert update.count(old) == 1 and len(old) == len(new)
+    return update.replace(old, new)
+
+
+@pytest.mark.parametrize(
+    ("crdt_type", "update", "says"),
+    [
+        ("map", an_update("map", lambda d, r: r.__setitem__("k", "a\x00b")), "NUL"),
+        ("map", an_update("map", lambda d, r: r.__setitem__("k\x00", 1)), "NUL"),
+        ("map", an_update("map", lambda d, r: r.__setitem__("k", {"in\x00ner": 1})), "NUL"),
+        ("map", an_update("map", lambda d, r: r.__setitem__("m", pycrdt.Map({"x\x00": 1}))), "NUL"),
+        ("array", an_update("array", lambda d, r: r.append(["ok", "a\x00"])), "NUL"),
+        ("text", an_update("text", lambda d, r: r.insert(0, "te\x00xt")), "NUL"),
+        ("map", an_update("map", lambda d, r: r.__setitem__("m", pycrdt.Text("t\x00"))), "NUL"),
+        # A lone surrogate, encoded (not UTF-8): in a value, and as text.
+        ("map", _swap(an_update("map", lambda d, r: r.__setitem__("k", "XYZ")), b"XYZ",
+                      b"\xed\xa0\x80"), "valid Unicode"),
+        ("text", _swap(an_update("text", lambda d, r: r.insert(0, "XYZ")), b"XYZ",
+                       b"\xed\xa0\x80"), "valid Unicode"),
+        ("map", an_update("map", lambda d, r: r.__setitem__("n", float("nan"))), "out of range"),
+        ("array", an_update("array", lambda d, r: r.append(float("-inf"))), "out of range"),
+        ("array", an_update("array", lambda d, r: r.append([1e308 * 10])), "out of range"),
+    ],
+    ids=["value", "key", "nested-key", "y-map-key", "array-item", "text", "nested-text",
+         "surrogate-value", "surrogate-text", "nan", "-inf", "inf-in-a-list"],
+)  # fmt: skip
+def test_strings_with_nul_or_not_unicode_and_numbers_that_are_not_finite_are_refused(
+    crdt_type, update, says
+):
+    """What REST refuses (common.inputs), since PostgreSQL's jsonb refuses it when
+    a compaction stores the value."""
+    error = refused(crdt_type, update)
+    assert error.code == "VALIDATION_ERROR"
+    assert says in error.message
+
+
+def test_json_content_is_held_to_the_same_rules():
+    """Content kind 2 (JSON text, as old Yjs wrote it): an escaped NUL is a NUL."""
+
+    def json_item(text: bytes) -> bytes:
+        return b"\x01\x01\x05\x00\x02\x01\x05value\x01" + bytes([len(text)]) + text + b"\x00"
+
+    # An unkeyed item under a map root is refused for its place; use an array.
+    update_check("array", json_item(b'{"a": [1, "x"]}'))
+    update_check("array", json_item(b"undefined"))
+    assert "NUL" in refused("array", json_item(b'"a\\u0000"')).message
+    assert refused("array", json_item(b"[1,")).code == "MALFORMED_UPDATE"
