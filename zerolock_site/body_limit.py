@@ -7,18 +7,15 @@ chunked body was read in full (and queued in memory) before the 401. Twisted's
 refuses a body the moment it passes ``ZEROLOCK_MAX_BODY_BYTES``, declared
 (Content-Length) or not (chunked), and nothing past the limit is kept.
 
-Installed once from ``zerolock_site/asgi.py``. The WSGI bridge counts again (for
-any other ASGI server), and ApiErrorEnvelopeMiddleware checks Content-Length (for
-WSGI servers, where Django reads no chunked body at all).
+Installed once from ``zerolock_site/asgi.py``. This is Daphne's one place for
+the rule (``common.errors.over_body_limit``), as the WSGI bridge is uvicorn's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
-
-from common.errors import too_large_envelope
+from common.errors import over_body_limit, too_large_envelope
 
 from .raw_answers import closing_json
 
@@ -42,7 +39,7 @@ def install_daphne_body_limit() -> None:
 
     def gotLength(self: Any, length: int | None) -> None:  # noqa: N802 (Twisted's name)
         self._zerolock_received = 0
-        if length is not None and length > settings.ZEROLOCK_MAX_BODY_BYTES:
+        if length is not None and over_body_limit(length):
             original_got_length(self, 0)  # Twisted expects a content file to exist
             _refuse(self)
             return
@@ -52,7 +49,7 @@ def install_daphne_body_limit() -> None:
         if getattr(self, "_zerolock_refused", False):
             return
         self._zerolock_received = getattr(self, "_zerolock_received", 0) + len(data)
-        if self._zerolock_received > settings.ZEROLOCK_MAX_BODY_BYTES:
+        if over_body_limit(self._zerolock_received):
             _refuse(self)
             return
         original_chunk(self, data)

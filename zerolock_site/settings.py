@@ -394,7 +394,11 @@ ZEROLOCK_MAX_WATCHES_PER_KEY = env_int("ZEROLOCK_MAX_WATCHES_PER_KEY", 100)
 # (a Yjs update, an /ws/agents/ frame). uvicorn reads no WebSocket message above
 # four times this (zerolock_site/uvicorn_server.py).
 ZEROLOCK_MAX_BODY_BYTES = env_int("ZEROLOCK_MAX_BODY_BYTES", 1024 * 1024)
-DATA_UPLOAD_MAX_MEMORY_SIZE = ZEROLOCK_MAX_BODY_BYTES
+# Off: the web server refuses a body past ZEROLOCK_MAX_BODY_BYTES where it arrives
+# (common.errors.over_body_limit), so Django sees none. Django's own check was a
+# second copy of that rule, one that read only Content-Length, and its 2.5 MB
+# default would refuse what a raised limit allows.
+DATA_UPLOAD_MAX_MEMORY_SIZE = None
 # An additive shard's Yjs document, encoded, may not grow past this: a write that
 # would take it past gets 413 SHARD_TOO_LARGE (shards/services.py). Every Yjs
 # client receives the whole document when it connects, and a process that has not

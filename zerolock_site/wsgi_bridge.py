@@ -7,6 +7,13 @@ the API. Running the same Django app as WSGI on a pool of long-lived threads
 costs one handoff per request, and the threads keep their database connections.
 WebSockets still go through Channels in the same process, so the in-memory
 channel layer keeps working.
+
+The bridge is also where uvicorn's requests meet the body limit: uvicorn hands
+the body over as it arrives, and stops reading the socket while the bridge is
+not asking for more. A body declared past ``ZEROLOCK_MAX_BODY_BYTES`` is
+refused before any of it is read, a chunked one as soon as the count passes it
+(``common.errors.over_body_limit``, the one rule). Django checks nothing more
+(DATA_UPLOAD_MAX_MEMORY_SIZE is off): what reaches it is within the limit.
 """
 
 from __future__ import annotations
@@ -23,9 +30,8 @@ from tempfile import SpooledTemporaryFile
 from typing import Any
 
 from asgiref.wsgi import WsgiToAsgiInstance
-from django.conf import settings
 
-from common.errors import envelope, internal_error, too_large_envelope
+from common.errors import envelope, internal_error, over_body_limit, too_large_envelope
 from common.paths import is_api_path
 from realtime import push
 
@@ -54,7 +60,11 @@ class PooledWsgiToAsgi:
             await _send(send, *_shutting_down())
             return
         push.bind_loop()  # services on the pool threads push through this loop
-        limit = settings.ZEROLOCK_MAX_BODY_BYTES
+        if over_body_limit(_declared_length(scope)):
+            # Before the first receive(): uvicorn has read none of the body, and
+            # a client waiting on "Expect: 100-continue" never sends it.
+            await _send(send, *_too_large())
+            return
         # The pool thread owns the body once the view runs and closes it when done:
         # closed any earlier (Daphne cancels this coroutine at shutdown), the view
         # still reading it failed with 500 "I/O operation on closed file".
@@ -68,15 +78,11 @@ class PooledWsgiToAsgi:
                     return
                 chunk = message.get("body", b"")
                 received += len(chunk)
-                # Counted as it arrives: a chunked body has no Content-Length
-                # for Django to check, and was spooled whole before.
-                if received > limit:
+                # Counted as it arrives: a chunked body declares no length, and
+                # was spooled whole before.
+                if over_body_limit(received):
                     body.close()
-                    start, content = _json(413, too_large_envelope())
-                    # The rest of the body is never read, so the connection cannot
-                    # carry another request: close tells the server to drop it.
-                    start["headers"].append((b"connection", b"close"))
-                    await _send(send, start, content)
+                    await _send(send, *_too_large())
                     return
                 body.write(chunk)
                 if not message.get("more_body"):
@@ -182,6 +188,24 @@ class PooledWsgiToAsgi:
 async def _send(send: Any, start: dict, content: bytes) -> None:
     await send(start)
     await send({"type": "http.response.body", "body": content})
+
+
+def _declared_length(scope: dict) -> int:
+    """The Content-Length a request declares, 0 if none."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length" and value.isdigit():
+            # uvicorn's parser refuses a length past 64 bits (400) and Daphne's
+            # patch any past the limit; this bounds int()'s work regardless.
+            return int(value) if len(value) <= 20 else 1 << 70
+    return 0
+
+
+def _too_large() -> tuple[dict, bytes]:
+    start, content = _json(413, too_large_envelope())
+    # The rest of the body is never read, so the connection cannot carry
+    # another request: close tells the server to drop it.
+    start["headers"].append((b"connection", b"close"))
+    return start, content
 
 
 def _shutting_down() -> tuple[dict, bytes]:
