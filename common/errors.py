@@ -109,7 +109,7 @@ def over_body_limit(size: int) -> bool:
 
     Each web server calls it where the body arrives, and nowhere else: uvicorn
     in the WSGI bridge (zerolock_site/wsgi_bridge.py), Daphne in Twisted's
-    request (zerolock_site/body_limit.py); the WebSocket consumers for each
+    request (zerolock_site/daphne_patches.py); the WebSocket consumers for each
     message (realtime.consumers.message_size_check)."""
     return size > settings.ZEROLOCK_MAX_BODY_BYTES
 

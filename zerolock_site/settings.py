@@ -57,8 +57,8 @@ CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").sp
 
 # Not "daphne": its app only makes `manage.py runserver` serve ASGI, and it imports
 # Twisted and autobahn into every process that sets Django up (the Celery worker,
-# beat, management commands): 23 MB each. `make run` starts Daphne's own command,
-# which installs its reactor before anything else.
+# beat, management commands): 23 MB each. ZEROLOCK_SERVER=daphne starts
+# zerolock_site/daphne_server.py, which installs its reactor before anything else.
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -140,7 +140,9 @@ CONTENT_SECURITY_POLICY = {
 }
 
 ROOT_URLCONF = "zerolock_site.urls"
-WSGI_APPLICATION = "zerolock_site.wsgi.application"
+# No WSGI_APPLICATION: HTTP is served as WSGI only inside the ASGI server, behind
+# its body limit (zerolock_site/wsgi_bridge.py); there is no WSGI entry point to
+# serve without it.
 ASGI_APPLICATION = "zerolock_site.asgi.application"
 
 TEMPLATES = [
@@ -498,7 +500,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
-        # Daphne logs every request at INFO; that drowns everything under load.
+        # Daphne (ZEROLOCK_SERVER=daphne) logs every request at INFO; that drowns
+        # everything under load.
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},

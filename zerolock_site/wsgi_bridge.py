@@ -23,7 +23,6 @@ import atexit
 import json
 import logging
 import os
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from tempfile import SpooledTemporaryFile
@@ -47,7 +46,6 @@ class PooledWsgiToAsgi:
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="http")
         self.draining = False
         self.abandoned = 0  # requests answered 503 while their view still ran
-        self._watching_shutdown = False
         # The tasks awaiting a view, for drain() to cut short at its deadline.
         self._in_flight: set[asyncio.Task] = set()
         self._drain_expired = False
@@ -55,7 +53,6 @@ class PooledWsgiToAsgi:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             return
-        self._watch_shutdown()
         if self.draining:  # arrived on a kept-alive connection after shutdown began
             await _send(send, *_shutting_down())
             return
@@ -103,8 +100,9 @@ class PooledWsgiToAsgi:
                 self.abandoned += 1
                 start, content = _shutting_down()
             else:
-                # Daphne cancels every request at shutdown, then waits for them:
-                # let this one finish, or answer a clean 503 if it takes too long.
+                # Daphne (daphne_server.py) cancels every request at shutdown,
+                # then waits for them: let this one finish, or answer a clean
+                # 503 if it takes too long.
                 try:
                     start, content = await asyncio.wait_for(asyncio.shield(answer), DRAIN_SECONDS)
                 except TimeoutError:
@@ -114,12 +112,17 @@ class PooledWsgiToAsgi:
             self._in_flight.discard(task)
         await _send(send, start, content)
 
+    def stop_taking_requests(self) -> None:
+        """From now on a request is answered 503 SHUTTING_DOWN (Daphne calls this
+        as its shutdown begins: zerolock_site/daphne_server.py)."""
+        self.draining = True
+
     async def drain(self) -> None:
         """Shutdown for servers that do not cancel requests themselves (uvicorn,
         zerolock_site/uvicorn_server.py): a request arriving from now on is
         answered 503; those in flight get DRAIN_SECONDS to finish, then a 503
         each. Returns once every answer is handed to the server."""
-        self.draining = True
+        self.stop_taking_requests()
         deadline = time.monotonic() + DRAIN_SECONDS
         while self._in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -140,22 +143,10 @@ class PooledWsgiToAsgi:
             atexit._run_exitfuncs()
             os._exit(0)
 
-    def _watch_shutdown(self) -> None:
-        """Under Daphne, answer 503 to requests that arrive once shutdown began."""
-        if self._watching_shutdown:
-            return
-        self._watching_shutdown = True
-        reactor = sys.modules.get("twisted.internet.reactor")  # only if Daphne runs us
-        if reactor is not None:
-            reactor.addSystemEventTrigger("before", "shutdown", self._start_draining)
-            reactor.addSystemEventTrigger("after", "shutdown", self.exit_if_abandoned)
-
-    def _start_draining(self) -> None:
-        self.draining = True
-
     def _run_guarded(self, scope: dict, body: Any) -> tuple[dict, bytes]:
         """Anything that escapes Django (its own handlers catch view and
-        middleware errors) would reach Daphne, which answers an HTML page."""
+        middleware errors) would reach the server, which answers with a page of
+        its own (Daphne's is HTML), never the envelope."""
         try:
             return self._run(scope, body)
         except Exception:

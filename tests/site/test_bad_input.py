@@ -592,8 +592,8 @@ def test_an_unknown_format_query_parameter_is_ignored_not_a_500(planner, ledger,
 def test_form_and_multipart_bodies_reach_the_api_as_raw_bytes_and_are_refused_in_json(
     live_server_url, make_key
 ):
-    """Daphne no longer lets Twisted parse form bodies (zerolock_site/twisted_forms.py):
-    they still arrive whole at the API, which answers in its own envelope."""
+    """Form and multipart bodies arrive whole at the API, which answers in its own
+    envelope (Daphne, too, lets Twisted parse none: zerolock_site/daphne_patches.py)."""
     key = make_key("shard:create")
     bodies = [
         ("application/x-www-form-urlencoded", b"id=formed&type=decision"),
