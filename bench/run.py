@@ -1,10 +1,10 @@
 """ZeroLock throughput/latency benchmark. Run by hand, not part of the test suite.
 
-Starts its own server (Daphne or Gunicorn) against a throwaway data dir, on SQLite or
+Starts its own server (uvicorn or Daphne) against a throwaway data dir, on SQLite or
 PostgreSQL+Redis, and drives it with N concurrent asyncio "agents" sharing one
 httpx.AsyncClient. See bench/README.md.
 
-    .venv/bin/python bench/run.py --db sqlite,postgres --server daphne,gunicorn
+    .venv/bin/python bench/run.py --db sqlite,postgres --server uvicorn,daphne
 
 Self-contained: stdlib + httpx only (matplotlib used for a plot if importable).
 """
@@ -39,7 +39,7 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 # serve: bin/serve, as `make run` serves (uvicorn plus a Celery worker running
 # beat, under zerolock_site/supervisor.py).
-SERVERS = ("uvicorn", "daphne", "gunicorn", "serve")
+SERVERS = ("uvicorn", "daphne", "serve")
 DBS = ("sqlite", "postgres")
 WORKLOADS = ("uncontended", "contended", "mixed", "append")
 
@@ -104,22 +104,14 @@ def server_env(
 def server_command(server: str, port: int) -> list[str]:
     if server == "serve":
         return [str(ROOT / "bin" / "serve")]  # reads PORT from the environment
-    if server == "daphne":
-        return [
-            str(VENV_BIN / "daphne"),
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "zerolock_site.asgi:application",
-        ]
-    if server == "uvicorn":
-        # What `make run` serves by default: uvicorn on httptools + uvloop, with
-        # the bridge's drain at shutdown (zerolock_site/uvicorn_server.py).
+    if server in ("uvicorn", "daphne"):
+        # Each by its entry point, as `make run` starts it: uvicorn on httptools +
+        # uvloop with the bridge's drain at shutdown (zerolock_site/uvicorn_server.py),
+        # Daphne with its patches (zerolock_site/daphne_server.py).
         return [
             str(VENV_BIN / "python"),
             "-m",
-            "zerolock_site.uvicorn_server",
+            f"zerolock_site.{server}_server",
             "--host",
             "127.0.0.1",
             "--port",
@@ -143,18 +135,7 @@ def server_command(server: str, port: int) -> list[str]:
             workers,
             "zerolock_site.asgi:application",
         ]
-    return [
-        str(VENV_BIN / "gunicorn"),
-        "-k",
-        "gthread",
-        "-w",
-        "2",
-        "--threads",
-        "8",
-        "-b",
-        f"127.0.0.1:{port}",
-        "zerolock_site.wsgi:application",
-    ]
+    raise SystemExit(f"no such server: {server!r}")
 
 
 def manage(env: dict[str, str], *args: str) -> str:

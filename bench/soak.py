@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
 RESULTS = Path(__file__).resolve().parent / "results"
 # How bin/serve's web process shows in its command line, whichever server it runs.
-WEB_COMMANDS = ("zerolock_site.uvicorn_server", "daphne", "gunicorn")
+WEB_COMMANDS = ("zerolock_site.uvicorn_server", "zerolock_site.daphne_server")
 DECISION_SHARDS, ADDITIVE_SHARDS, VAULTS = 20, 5, 5
 
 

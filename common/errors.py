@@ -1,8 +1,9 @@
 """The one error envelope: ``{"error": {"code", "message", ...details}}``.
 
 Every failure under ``/api/`` leaves through here: DRF exceptions through
-``api_exception_handler``, and whatever Django answers before or around DRF
-(unknown URL, oversized body, a crash) through ``ApiErrorEnvelopeMiddleware``.
+``api_exception_handler``, and whatever Django answers around DRF (unknown URL,
+a crash) through ``ApiErrorEnvelopeMiddleware``. A body past the limit never
+reaches Django: the web server refuses it (``over_body_limit``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions as drf_exceptions
@@ -78,8 +78,6 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         if exc.status == 429:
             response["Retry-After"] = str(exc.details["retry_after"])
         return response
-    if isinstance(exc, RequestDataTooBig):
-        return Response(too_large_envelope(), status=413)
     if isinstance(exc, drf_exceptions.APIException):
         code = next((c for cls, c in _DRF_CODES if isinstance(exc, cls)), "ERROR")
         if code == "MALFORMED_JSON":
@@ -103,6 +101,17 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
 def internal_error() -> ApiError:
     """What any unexpected failure under /api/ answers: no traceback, no detail."""
     return ApiError(500, "INTERNAL_ERROR", "Internal server error.")
+
+
+def over_body_limit(size: int) -> bool:
+    """The body rule: a request body, or one WebSocket message, of ``size``
+    bytes is past ZEROLOCK_MAX_BODY_BYTES (refused with ``payload_too_large``).
+
+    Each web server calls it where the body arrives, and nowhere else: uvicorn
+    in the WSGI bridge (zerolock_site/wsgi_bridge.py), Daphne in Twisted's
+    request (zerolock_site/daphne_patches.py); the WebSocket consumers for each
+    message (realtime.consumers.message_size_check)."""
+    return size > settings.ZEROLOCK_MAX_BODY_BYTES
 
 
 def payload_too_large(what: str = "Request body") -> ApiError:
@@ -155,7 +164,7 @@ _STATUS_CODES = {
 
 class ApiErrorEnvelopeMiddleware:
     """Keeps ``/api/`` answers JSON even where DRF never ran: an unknown path, a
-    body over the size limit, a CSRF refusal or an unexpected crash.
+    CSRF refusal or an unexpected crash.
 
     Deliberately sync-only and innermost (see MIDDLEWARE in settings)."""
 
@@ -163,16 +172,7 @@ class ApiErrorEnvelopeMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        early = self._before(request)
-        return early or self._after(request, self.get_response(request))
-
-    def _before(self, request: HttpRequest) -> HttpResponse | None:
-        if not is_api_path(request.path):
-            return None
-        length = request.META.get("CONTENT_LENGTH") or "0"
-        if length.isdigit() and int(length) > settings.ZEROLOCK_MAX_BODY_BYTES:
-            return JsonResponse(too_large_envelope(), status=413)
-        return None
+        return self._after(request, self.get_response(request))
 
     def _after(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
         if not is_api_path(request.path):
@@ -193,8 +193,6 @@ class ApiErrorEnvelopeMiddleware:
     def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
         if not is_api_path(request.path):
             return None
-        if isinstance(exc, RequestDataTooBig):
-            return JsonResponse(too_large_envelope(), status=413)
         logger.exception("Unhandled error on %s %s", request.method, request.path)
         return JsonResponse(internal_error().envelope(), status=500)
 

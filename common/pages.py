@@ -1,7 +1,8 @@
 """List pages bounded in bytes as well as items, built from rows fetched in chunks.
 
 A page of 1,000 shards of 1 MB was built whole (rows, Python values, the
-rendered JSON) and took Daphne from 179 to 727 MB; four at once reached 2.7 GB.
+rendered JSON) and took the web process (Daphne then) from 179 to 727 MB; four at
+once reached 2.7 GB.
 Here rows come from the database in small chunks, each item is encoded to JSON
 as soon as it is read (and its row dropped), and the page stops adding items
 once it would pass ``ZEROLOCK_LIST_MAX_BYTES``: what the page holds is at most

@@ -19,7 +19,7 @@ from django.conf import settings
 from access.auth import agent_check, can_watch, permission_check, reads_check, scope_check
 from access.handshakes import handshake_blocked, handshake_key
 from access.keys import split_raw_key
-from common.errors import ApiError, payload_too_large
+from common.errors import ApiError, over_body_limit, payload_too_large
 from coordination.watch import watch_start
 from metrics import record
 from realtime import push
@@ -76,12 +76,13 @@ def message_size_check(text_data: str | None, bytes_data: bytes | None) -> None:
     PAYLOAD_TOO_LARGE). uvicorn itself reads none above four times the limit
     (zerolock_site/uvicorn_server.py); this answers the ones between in the
     envelope, before anything parses them."""
-    limit = settings.ZEROLOCK_MAX_BODY_BYTES
     size = len(bytes_data) if bytes_data is not None else 0
     if text_data is not None:
         # A character is 1 to 4 bytes: encode only when the count cannot decide.
-        size = len(text_data) if len(text_data) > limit else len(text_data.encode())
-    if size > limit:
+        size = len(text_data)
+        if not over_body_limit(size):
+            size = len(text_data.encode())
+    if over_body_limit(size):
         raise payload_too_large("A WebSocket message")
 
 

@@ -1,10 +1,10 @@
 """Pushes from synchronous code (services on the HTTP threads) to channel-layer groups.
 
 The in-memory channel layer belongs to the server's event loop and is not safe
-to call from another thread's loop, so when that loop is known (Daphne, or a
-test's loop) messages are handed to it; otherwise (a WSGI-only process, a
-Celery worker, a management command) one private loop thread per process
-sends them, which is right for Redis.
+to call from another thread's loop, so when that loop is known (the web
+server's, bound by the WSGI bridge and the consumers, or a test's) messages are
+handed to it; otherwise (a Celery worker, a management command) one private
+loop thread per process sends them, which is right for Redis.
 A push is fire-and-forget: nothing a client was told depends on it arriving.
 """
 

@@ -8,8 +8,8 @@ through ``additive_update_apply`` (persisted, versioned, audited, pushed to the
 shard's other clients), and REST commits arrive as ``crdt.update`` messages.
 
 A refusal is a JSON error frame (the API's envelope) followed by a close code,
-because Daphne does not pass close reasons on: 4400 bad input or not an additive
-shard, 4401 bad key, 4403 not allowed, 4404 no such shard (also when the shard is
+because not every server passes close reasons on (Daphne drops them): 4400 bad
+input or not an additive shard, 4401 bad key, 4403 not allowed, 4404 no such shard (also when the shard is
 deleted while the socket is open), 4413 a message over the body limit or a shard
 at its size cap, 4429 too many failed handshakes. An update that reaches past the
 shard's root ``value`` is refused before it touches the Doc (shards/crdt_update.py).

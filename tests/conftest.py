@@ -70,7 +70,7 @@ def _free_port() -> int:
 
 
 def start_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    """Starts the web server bin/serve would (Daphne unless ZEROLOCK_SERVER says
+    """Starts the web server bin/serve would (uvicorn unless ZEROLOCK_SERVER says
     otherwise) on a free port with this environment; returns it and its URL."""
     port = _free_port()
     log_path = Path(settings.DATA_DIR) / f"live-server-{port}.log"
@@ -121,7 +121,8 @@ def server_env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def live_server_url(django_db_setup, django_db_blocker) -> Iterator[str]:
-    """A real Daphne process on a free port, serving the test database."""
+    """A real web server process (bin/serve's: uvicorn unless ZEROLOCK_SERVER says
+    otherwise) on a free port, serving the test database."""
     proc, url = start_server(server_env())
     yield url
     stop_server(proc)

@@ -20,14 +20,12 @@ from realtime.consumers import AgentConsumer, LiveConsumer  # noqa: E402
 from realtime.watch import WatchEvents  # noqa: E402
 from realtime.yjs import ShardYjsConsumer  # noqa: E402
 
-from .autobahn_debug import install_autobahn_cheap_debug  # noqa: E402
-from .body_limit import install_daphne_body_limit  # noqa: E402
-from .twisted_forms import install_daphne_skip_form_parsing  # noqa: E402
+from .daphne_patches import refuse_daphne_without_its_patches  # noqa: E402
 from .wsgi_bridge import PooledWsgiToAsgi  # noqa: E402
 
-install_daphne_body_limit()
-install_daphne_skip_form_parsing()
-install_autobahn_cheap_debug()
+# Served by uvicorn (uvicorn_server.py) or, through its own entry point, Daphne
+# (daphne_server.py, with daphne_patches.py); Daphne's own command is refused here.
+refuse_daphne_without_its_patches()
 
 
 class StaticFiles(StaticFilesHandler):

@@ -57,8 +57,8 @@ CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").sp
 
 # Not "daphne": its app only makes `manage.py runserver` serve ASGI, and it imports
 # Twisted and autobahn into every process that sets Django up (the Celery worker,
-# beat, management commands): 23 MB each. `make run` starts Daphne's own command,
-# which installs its reactor before anything else.
+# beat, management commands): 23 MB each. ZEROLOCK_SERVER=daphne starts
+# zerolock_site/daphne_server.py, which installs its reactor before anything else.
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -140,7 +140,9 @@ CONTENT_SECURITY_POLICY = {
 }
 
 ROOT_URLCONF = "zerolock_site.urls"
-WSGI_APPLICATION = "zerolock_site.wsgi.application"
+# No WSGI_APPLICATION: HTTP is served as WSGI only inside the ASGI server, behind
+# its body limit (zerolock_site/wsgi_bridge.py); there is no WSGI entry point to
+# serve without it.
 ASGI_APPLICATION = "zerolock_site.asgi.application"
 
 TEMPLATES = [
@@ -394,7 +396,11 @@ ZEROLOCK_MAX_WATCHES_PER_KEY = env_int("ZEROLOCK_MAX_WATCHES_PER_KEY", 100)
 # (a Yjs update, an /ws/agents/ frame). uvicorn reads no WebSocket message above
 # four times this (zerolock_site/uvicorn_server.py).
 ZEROLOCK_MAX_BODY_BYTES = env_int("ZEROLOCK_MAX_BODY_BYTES", 1024 * 1024)
-DATA_UPLOAD_MAX_MEMORY_SIZE = ZEROLOCK_MAX_BODY_BYTES
+# Off: the web server refuses a body past ZEROLOCK_MAX_BODY_BYTES where it arrives
+# (common.errors.over_body_limit), so Django sees none. Django's own check was a
+# second copy of that rule, one that read only Content-Length, and its 2.5 MB
+# default would refuse what a raised limit allows.
+DATA_UPLOAD_MAX_MEMORY_SIZE = None
 # An additive shard's Yjs document, encoded, may not grow past this: a write that
 # would take it past gets 413 SHARD_TOO_LARGE (shards/services.py). Every Yjs
 # client receives the whole document when it connects, and a process that has not
@@ -494,7 +500,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
-        # Daphne logs every request at INFO; that drowns everything under load.
+        # Daphne (ZEROLOCK_SERVER=daphne) logs every request at INFO; that drowns
+        # everything under load.
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},

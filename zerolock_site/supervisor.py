@@ -1,7 +1,7 @@
 """`make run`'s process supervisor: the web server, and one Celery worker that
 runs beat in a thread (zerolock_site/celery.py).
 
-- The web server (uvicorn, or Daphne or gunicorn as ZEROLOCK_SERVER says) is
+- The web server (uvicorn, or Daphne if ZEROLOCK_SERVER says so) is
   the node: if it exits, everything stops and the supervisor exits non-zero.
 - The worker is a helper: when it dies (or its beat thread ends, which ends it)
   it is restarted with exponential backoff (at once, then 1 s doubling to 30 s;
@@ -107,25 +107,22 @@ class Child:
         return min(BACKOFF_CAP_SECONDS, delay)
 
 
+# The web servers ZEROLOCK_SERVER may name, each by its own entry point: uvicorn
+# (httptools + uvloop, with the bridge's drain at shutdown) and Daphne (with the
+# patches it needs). gunicorn is gone (docs/decisions.md).
+WEB_SERVERS = {
+    "uvicorn": "zerolock_site.uvicorn_server",
+    "daphne": "zerolock_site.daphne_server",
+}
+
+
 def web_command(environ: Mapping[str, str], bind: str, port: str) -> list[str]:
     """The web server ZEROLOCK_SERVER names, as bin/serve and the tests' live
-    servers start it: uvicorn (the default), daphne or gunicorn."""
-    python = sys.executable
+    servers start it: uvicorn (the default) or daphne."""
     server = environ.get("ZEROLOCK_SERVER", DEFAULT_SERVER)
-    if server == "gunicorn":
-        drain = _env_float("ZEROLOCK_DRAIN_SECONDS", 4.0)
-        return [
-            python, "-m", "gunicorn", "-k", "gthread",
-            "-w", environ.get("WEB_WORKERS", "2"), "--threads", environ.get("WEB_THREADS", "8"),
-            "--graceful-timeout", str(int(drain)),
-            "-b", f"{bind}:{port}", "zerolock_site.wsgi:application",
-        ]  # fmt: skip
-    if server == "uvicorn":
-        # httptools + uvloop, with the bridge's drain at shutdown (uvicorn_server.py).
-        return [python, "-m", "zerolock_site.uvicorn_server", "--host", bind, "--port", port]
-    if server != "daphne":
-        raise SystemExit(f"ZEROLOCK_SERVER={server!r}: expected uvicorn, daphne or gunicorn")
-    return [python, "-m", "daphne", "-b", bind, "-p", port, "zerolock_site.asgi:application"]
+    if server not in WEB_SERVERS:
+        raise SystemExit(f"ZEROLOCK_SERVER={server!r}: expected uvicorn or daphne")
+    return [sys.executable, "-m", WEB_SERVERS[server], "--host", bind, "--port", port]
 
 
 def children(environ: dict[str, str]) -> list[Child]:

@@ -7,6 +7,13 @@ the API. Running the same Django app as WSGI on a pool of long-lived threads
 costs one handoff per request, and the threads keep their database connections.
 WebSockets still go through Channels in the same process, so the in-memory
 channel layer keeps working.
+
+The bridge is also where uvicorn's requests meet the body limit: uvicorn hands
+the body over as it arrives, and stops reading the socket while the bridge is
+not asking for more. A body declared past ``ZEROLOCK_MAX_BODY_BYTES`` is
+refused before any of it is read, a chunked one as soon as the count passes it
+(``common.errors.over_body_limit``, the one rule). Django checks nothing more
+(DATA_UPLOAD_MAX_MEMORY_SIZE is off): what reaches it is within the limit.
 """
 
 from __future__ import annotations
@@ -16,16 +23,14 @@ import atexit
 import json
 import logging
 import os
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from tempfile import SpooledTemporaryFile
 from typing import Any
 
 from asgiref.wsgi import WsgiToAsgiInstance
-from django.conf import settings
 
-from common.errors import envelope, internal_error, too_large_envelope
+from common.errors import envelope, internal_error, over_body_limit, too_large_envelope
 from common.paths import is_api_path
 from realtime import push
 
@@ -41,7 +46,6 @@ class PooledWsgiToAsgi:
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="http")
         self.draining = False
         self.abandoned = 0  # requests answered 503 while their view still ran
-        self._watching_shutdown = False
         # The tasks awaiting a view, for drain() to cut short at its deadline.
         self._in_flight: set[asyncio.Task] = set()
         self._drain_expired = False
@@ -49,12 +53,15 @@ class PooledWsgiToAsgi:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             return
-        self._watch_shutdown()
         if self.draining:  # arrived on a kept-alive connection after shutdown began
             await _send(send, *_shutting_down())
             return
         push.bind_loop()  # services on the pool threads push through this loop
-        limit = settings.ZEROLOCK_MAX_BODY_BYTES
+        if over_body_limit(_declared_length(scope)):
+            # Before the first receive(): uvicorn has read none of the body, and
+            # a client waiting on "Expect: 100-continue" never sends it.
+            await _send(send, *_too_large())
+            return
         # The pool thread owns the body once the view runs and closes it when done:
         # closed any earlier (Daphne cancels this coroutine at shutdown), the view
         # still reading it failed with 500 "I/O operation on closed file".
@@ -68,15 +75,11 @@ class PooledWsgiToAsgi:
                     return
                 chunk = message.get("body", b"")
                 received += len(chunk)
-                # Counted as it arrives: a chunked body has no Content-Length
-                # for Django to check, and was spooled whole before.
-                if received > limit:
+                # Counted as it arrives: a chunked body declares no length, and
+                # was spooled whole before.
+                if over_body_limit(received):
                     body.close()
-                    start, content = _json(413, too_large_envelope())
-                    # The rest of the body is never read, so the connection cannot
-                    # carry another request: close tells the server to drop it.
-                    start["headers"].append((b"connection", b"close"))
-                    await _send(send, start, content)
+                    await _send(send, *_too_large())
                     return
                 body.write(chunk)
                 if not message.get("more_body"):
@@ -97,8 +100,9 @@ class PooledWsgiToAsgi:
                 self.abandoned += 1
                 start, content = _shutting_down()
             else:
-                # Daphne cancels every request at shutdown, then waits for them:
-                # let this one finish, or answer a clean 503 if it takes too long.
+                # Daphne (daphne_server.py) cancels every request at shutdown,
+                # then waits for them: let this one finish, or answer a clean
+                # 503 if it takes too long.
                 try:
                     start, content = await asyncio.wait_for(asyncio.shield(answer), DRAIN_SECONDS)
                 except TimeoutError:
@@ -108,12 +112,17 @@ class PooledWsgiToAsgi:
             self._in_flight.discard(task)
         await _send(send, start, content)
 
+    def stop_taking_requests(self) -> None:
+        """From now on a request is answered 503 SHUTTING_DOWN (Daphne calls this
+        as its shutdown begins: zerolock_site/daphne_server.py)."""
+        self.draining = True
+
     async def drain(self) -> None:
         """Shutdown for servers that do not cancel requests themselves (uvicorn,
         zerolock_site/uvicorn_server.py): a request arriving from now on is
         answered 503; those in flight get DRAIN_SECONDS to finish, then a 503
         each. Returns once every answer is handed to the server."""
-        self.draining = True
+        self.stop_taking_requests()
         deadline = time.monotonic() + DRAIN_SECONDS
         while self._in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -134,22 +143,10 @@ class PooledWsgiToAsgi:
             atexit._run_exitfuncs()
             os._exit(0)
 
-    def _watch_shutdown(self) -> None:
-        """Under Daphne, answer 503 to requests that arrive once shutdown began."""
-        if self._watching_shutdown:
-            return
-        self._watching_shutdown = True
-        reactor = sys.modules.get("twisted.internet.reactor")  # only if Daphne runs us
-        if reactor is not None:
-            reactor.addSystemEventTrigger("before", "shutdown", self._start_draining)
-            reactor.addSystemEventTrigger("after", "shutdown", self.exit_if_abandoned)
-
-    def _start_draining(self) -> None:
-        self.draining = True
-
     def _run_guarded(self, scope: dict, body: Any) -> tuple[dict, bytes]:
         """Anything that escapes Django (its own handlers catch view and
-        middleware errors) would reach Daphne, which answers an HTML page."""
+        middleware errors) would reach the server, which answers with a page of
+        its own (Daphne's is HTML), never the envelope."""
         try:
             return self._run(scope, body)
         except Exception:
@@ -182,6 +179,24 @@ class PooledWsgiToAsgi:
 async def _send(send: Any, start: dict, content: bytes) -> None:
     await send(start)
     await send({"type": "http.response.body", "body": content})
+
+
+def _declared_length(scope: dict) -> int:
+    """The Content-Length a request declares, 0 if none."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length" and value.isdigit():
+            # uvicorn's parser refuses a length past 64 bits (400) and Daphne's
+            # patch any past the limit; this bounds int()'s work regardless.
+            return int(value) if len(value) <= 20 else 1 << 70
+    return 0
+
+
+def _too_large() -> tuple[dict, bytes]:
+    start, content = _json(413, too_large_envelope())
+    # The rest of the body is never read, so the connection cannot carry
+    # another request: close tells the server to drop it.
+    start["headers"].append((b"connection", b"close"))
+    return start, content
 
 
 def _shutting_down() -> tuple[dict, bytes]:

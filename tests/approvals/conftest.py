@@ -1,5 +1,5 @@
 """Fixtures for the console's browser tests: officers, an agent with a key, a
-live Daphne server and a real Chromium."""
+live web server and a real Chromium."""
 
 from __future__ import annotations
 

@@ -197,8 +197,9 @@ def test_a_shard_value_400_levels_deep_leaves_lists_details_and_the_console_answ
 
 @pytest.mark.django_db(transaction=True)
 def test_the_live_server_refuses_a_500_deep_request_and_keeps_listing(make_key, live_server_url):
-    """Before the fix, on Daphne: the request answered 500 after storing the
-    approval, and every GET /api/approvals answered 500 from then on."""
+    """Before the fix (on Daphne, the server then): the request answered 500
+    after storing the approval, and every GET /api/approvals answered 500 from
+    then on."""
     headers = {"X-API-Key": make_key("admin"), "X-Agent-Id": "executor"}
     with httpx.Client(base_url=live_server_url, headers=headers, timeout=60) as client:
         client.post("/api/shards", json={"id": "tree", "type": "decision", "initial_value": []})

@@ -240,7 +240,7 @@ def fanouts(ws_metrics: dict) -> int:
 
 @pytest.mark.live
 def test_a_commit_served_by_one_process_reaches_subscribers_on_another(transactional_db):
-    """Two Daphne processes on one database and one Redis channel layer."""
+    """Two web server processes on one database and one Redis channel layer."""
     import os
 
     from tests.conftest import server_env, start_server, stop_server

@@ -216,7 +216,7 @@ def test_two_thousand_failed_handshakes_are_throttled_and_audited_in_bounded_bat
     print(f"flood outcomes {dict(outcomes)}; honest commits {dict(honest)}")
     assert sum(outcomes.values()) == 2000
     # Past the budget a bad key is refused with 4429 and not audited ("dropped":
-    # Daphne's handshake timeout on a loaded machine).
+    # the handshake timing out on a loaded machine).
     assert set(outcomes) <= {"403", "RATE_LIMITED/4429", "dropped"}
     assert outcomes["RATE_LIMITED/4429"] >= 1000
     assert honest[200] > 0 and set(honest) == {200}

@@ -247,7 +247,7 @@ async def test_an_edit_that_breaks_the_schema_or_the_gate_is_refused_and_not_sto
 @pytest.mark.live
 @DB
 def test_an_unmodified_pycrdt_client_syncs_a_shard_through_a_live_server(live_server_url):
-    """pycrdt's own Provider over pycrdt-websocket's httpx channel, against Daphne."""
+    """pycrdt's own Provider over pycrdt-websocket's httpx channel, against the live server."""
     _, key = api_key_create(
         name="pycrdt", permissions=["shard:read", "shard:write", "shard:create"]
     )

@@ -1,4 +1,4 @@
-"""Layer 1 under real concurrency: many agents against a live Daphne server over
+"""Layer 1 under real concurrency: many agents against a live web server over
 real sockets. Counts what was lost or duplicated; both must be zero."""
 
 from __future__ import annotations

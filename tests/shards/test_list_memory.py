@@ -1,5 +1,6 @@
-"""Issue 16, finding 10: four clients listing 150 shards of 1 MB took Daphne to
-2.7 GB. Pages are now capped in bytes and built from rows fetched in chunks.
+"""Issue 16, finding 10: four clients listing 150 shards of 1 MB took the web
+process (Daphne then) to 2.7 GB. Pages are now capped in bytes and built from
+rows fetched in chunks.
 
 The four-client test is heavy (about 150 MB written to the test database, a
 server of its own): it is marked ``heavy`` and still runs in ``make test``."""
@@ -86,7 +87,7 @@ def test_four_clients_list_150_shards_of_1_mb_each_once_and_the_server_stays_und
         done.set()
         sampler.join()
 
-        assert peak < 400, f"Daphne RSS went from {baseline:.0f} MB to {peak:.0f} MB"
+        assert peak < 400, f"The web server's RSS went from {baseline:.0f} MB to {peak:.0f} MB"
         expected = {f"big.{n:03d}" for n in range(SHARDS)}
         for counts in seen:
             assert set(counts) == expected

@@ -94,16 +94,6 @@ def test_a_body_in_another_media_type_is_refused(planner):
     assert_envelope(response, 415, "UNSUPPORTED_MEDIA_TYPE")
 
 
-def test_an_oversized_body_is_payload_too_large(planner, settings):
-    settings.ZEROLOCK_MAX_BODY_BYTES = 1000
-    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
-    body = {"id": "big", "type": "decision", "initial_value": "x" * 2000}
-    error = assert_envelope(
-        planner.post("/api/shards", body, format="json"), 413, "PAYLOAD_TOO_LARGE"
-    )
-    assert error["limit_bytes"] == 1000
-
-
 def test_an_unknown_api_path_is_json_not_found(planner):
     assert_envelope(planner.get("/api/no/such/thing"), 404, "NOT_FOUND")
 

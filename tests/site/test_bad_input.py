@@ -13,7 +13,7 @@ from django.test import Client
 from shards import services
 from shards.models import Shard
 from tests.conftest import server_env, start_server, stop_server
-from tests.site.rawhttp import assert_refused_unharmed, flood_outcome
+from tests.site.rawhttp import answer_of, assert_refused_unharmed, flood_outcome, send_until_refused
 
 pytestmark = pytest.mark.django_db
 
@@ -364,7 +364,7 @@ def test_unknown_api_paths_and_wrong_methods_answer_in_the_envelope(planner):
     assert response.status_code == 405 and response.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
 
 
-async def test_a_crash_while_opening_a_watch_is_a_json_500_not_daphnes_html(monkeypatch):
+async def test_a_crash_while_opening_a_watch_is_a_json_500_not_the_servers_html(monkeypatch):
     from realtime import watch
 
     async def explode(*args):
@@ -460,7 +460,54 @@ def test_a_300_mb_chunked_body_is_refused_at_the_limit_and_never_held():
         stop_server(proc)
 
 
-# --- the WSGI bridge (what any ASGI server other than Daphne relies on) -----------------
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_a_body_declared_past_the_limit_is_refused_before_any_of_it_is_sent(live_server_url):
+    """The bridge waited for the body before: a declared 2 MiB got its 413 only
+    once a MiB of it had come, and a client that sends no body before the answer
+    (as after "Expect: 100-continue") none at all."""
+    raw, _ = send_until_refused(
+        live_server_url,
+        b"POST /api/shards HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % (2 * 1024 * 1024),
+        [],
+    )
+    status, headers, body = answer_of(raw)
+    assert (status, body and body["error"]) == (
+        413,
+        {
+            "code": "PAYLOAD_TOO_LARGE",
+            "message": "Request body exceeds 1048576 bytes.",
+            "limit_bytes": 1048576,
+        },
+    ), raw[:300]
+    assert headers["connection"] == "close"
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_a_body_of_exactly_the_limit_is_taken(live_server_url, make_key):
+    key = make_key("shard:create")
+    prefix = b'{"id": "at-limit", "type": "decision", "initial_value": "'
+    suffix = b'"}'
+    body = prefix + b"x" * (1024 * 1024 - len(prefix) - len(suffix)) + suffix
+    created = httpx.post(
+        f"{live_server_url}/api/shards",
+        content=body,
+        headers={"X-API-Key": key, "X-Agent-Id": "a", "Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert created.status_code == 201, created.text
+    too_large = httpx.post(
+        f"{live_server_url}/api/shards",
+        content=body + b" ",
+        headers={"X-API-Key": key, "X-Agent-Id": "a", "Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert too_large.status_code == 413, too_large.text
+
+
+# --- the WSGI bridge (uvicorn's door for bodies) -----------------------------------------
 
 
 def _bridge_call(app, path: str, chunks: list[bytes]) -> list[dict]:
@@ -545,8 +592,8 @@ def test_an_unknown_format_query_parameter_is_ignored_not_a_500(planner, ledger,
 def test_form_and_multipart_bodies_reach_the_api_as_raw_bytes_and_are_refused_in_json(
     live_server_url, make_key
 ):
-    """Daphne no longer lets Twisted parse form bodies (zerolock_site/twisted_forms.py):
-    they still arrive whole at the API, which answers in its own envelope."""
+    """Form and multipart bodies arrive whole at the API, which answers in its own
+    envelope (Daphne, too, lets Twisted parse none: zerolock_site/daphne_patches.py)."""
     key = make_key("shard:create")
     bodies = [
         ("application/x-www-form-urlencoded", b"id=formed&type=decision"),

@@ -46,7 +46,7 @@ class Served:
     def child(self, role: str) -> int:
         """The pid of the supervisor's child running `role` (web, worker or beat)."""
         markers = {
-            "web": (" zerolock_site.uvicorn_server ", " daphne "),
+            "web": (" zerolock_site.uvicorn_server ", " zerolock_site.daphne_server "),
             "worker": (" worker ",),
             "beat": (" beat ",),
         }[role]
