@@ -214,9 +214,9 @@ def test_an_array_written_by_many_clients_renders_in_time_linear_in_its_items():
         writer.get("value", type=pycrdt.Array).insert(0, {"n": n})
         other.apply_update(writer.get_update(before))
     doc, _ = load("array", docs[0].get_update())
-    started = time.monotonic()
+    started = time.thread_time()  # this thread's CPU: other processes' load does not count
     value = render("array", doc)
-    assert time.monotonic() - started < 2  # 0.03 s here
+    assert time.thread_time() - started < 2  # 0.03 s here
     assert value[0] == {"n": 19_999} and len(value) == 20_000
 
 
