@@ -1,7 +1,7 @@
 """The approval half of the gate: may this commit carry this approval?
 
 Registered with the shards core in ``ApprovalsConfig.ready()`` (the core does
-not import this app): ``shards.services.gate_check`` calls ``verify`` before
+not import this app): ``shards.rules.gate_check`` calls ``verify`` before
 anything is attempted, and the single use is enforced again inside the commit's
 transaction (``consume``)."""
 

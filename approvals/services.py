@@ -22,10 +22,11 @@ from audit.models import AuditAction
 from common.errors import ApiError
 from common.events import send_event_on_commit
 from shards.models import Shard, ShardType
+from shards.rules import Exemption, WriteRules, owner_check
 from shards.selectors import shard_get
-from shards.services import owner_check
 from shards.value_schema import value_validate
 from shards.writer import version_write, write_transaction
+from shards.writetx import WriteTx
 
 from . import webhooks
 from .diffs import proposed_value_check, value_diff
@@ -192,7 +193,8 @@ def approval_decide(
             400, "VALIDATION_ERROR", "A rejection needs a reason.", fields={"reason": ["required"]}
         )
     expired = False
-    with write_transaction() as audit:
+    with write_transaction() as tx:
+        audit = tx.audit
         approval = approval_get(approval_id)
         decider_check(approval, decider)
         if approval.status == ApprovalStatus.PENDING and approval.is_expired():
@@ -208,7 +210,7 @@ def approval_decide(
                 current_status=approval.status,
             )
         else:
-            _decide(audit, approval, decider, approve, reason)
+            _decide(tx, approval, decider, approve, reason)
     if expired:
         raise ApiError(
             409,
@@ -219,9 +221,8 @@ def approval_decide(
     return approval
 
 
-def _decide(
-    audit: AuditWriter, approval: Approval, decider: Decider, approve: bool, reason: str
-) -> None:
+def _decide(tx: WriteTx, approval: Approval, decider: Decider, approve: bool, reason: str) -> None:
+    audit = tx.audit
     # Writers are serialised by the audit head lock, so this check cannot race;
     # the partial unique constraint backs it up.
     earlier = approval.decisions.filter(principal=decider.principal).first()
@@ -270,7 +271,7 @@ def _decide(
     approval.status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
     approval.decided_at, approval.decided_by, approval.reason = now, decider.name, reason
     if approve:
-        approval.commit = _apply(audit, approval, decider)
+        approval.commit = _apply(tx, approval, decider)
         approval.status = (
             ApprovalStatus.COMMITTED
             if "version" in approval.commit
@@ -281,11 +282,13 @@ def _decide(
     webhooks.emit(WebhookEvent.DECIDED, approval)
 
 
-def _apply(audit: AuditWriter, approval: Approval, decider: Decider) -> dict[str, Any]:
+def _apply(tx: WriteTx, approval: Approval, decider: Decider) -> dict[str, Any]:
     """The approved commit, against the version the request named, through the
-    one version writer (lease sweep, fence rule, one audit entry, metrics, push).
-    The shard's rules are read again now: an owner list or a schema changed
-    since the request refuses the commit rather than slipping past it."""
+    one version writer with every rule but the gate, whose own decision this is
+    (``Exemption.APPROVED``): lease sweep, owners, schema, one audit entry and
+    the approval's "committed" record, metrics, push. The shard's rules are read
+    again now: an owner list or a schema changed since the request refuses the
+    commit rather than slipping past it."""
     shard = Shard.objects.without_payload().filter(pk=approval.shard_id).first()
     error = ""
     result = None
@@ -294,19 +297,21 @@ def _apply(audit: AuditWriter, approval: Approval, decider: Decider) -> dict[str
     else:
         actor = Actor(agent_id=approval.requested_by, key_prefix=approval.requested_key_prefix)
         try:
-            owner_check(shard, actor.agent_id)
-            value_validate(shard.value_schema, approval.proposed_value)
-        except ApiError as refusal:
-            error = refusal.code
-        else:
             result = version_write(
-                audit=audit,
+                tx=tx,
                 shard=shard,
                 actor=actor,
                 expected_version=approval.expected_version,
                 value=approval.proposed_value,
-                details={"approval_id": approval.id, "approved_by": decider.name},
+                rules=WriteRules(
+                    approval_id=approval.id,
+                    exemption=Exemption.APPROVED,
+                    details={"approved_by": decider.name},
+                ),
             )
+        except ApiError as refusal:  # nothing was written: the approval shows why
+            error = refusal.code
+        else:
             if result is None:
                 error = "STALE_VERSION"
     if result is None:
@@ -318,7 +323,7 @@ def _apply(audit: AuditWriter, approval: Approval, decider: Decider) -> dict[str
             "expected_version": approval.expected_version,
             "current_version": current,
         }
-        audit.append(
+        tx.audit.append(
             action=AuditAction.APPROVAL_COMMIT_FAILED,
             agent_id=decider.name,
             shard_id=approval.shard_id,
@@ -330,14 +335,7 @@ def _apply(audit: AuditWriter, approval: Approval, decider: Decider) -> dict[str
             },
         )
         return commit
-    commit = {"version": result.version, "audit_entry_id": result.audit_entry_id}
-    audit.append(
-        action=AuditAction.APPROVAL_COMMITTED,
-        agent_id=decider.name,
-        shard_id=approval.shard_id,
-        details={"approval_id": approval.id, **commit},
-    )
-    return commit
+    return {"version": result.version, "audit_entry_id": result.audit_entry_id}
 
 
 def approval_expire(*, audit: AuditWriter, approval: Approval, by: str = "") -> None:

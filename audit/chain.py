@@ -6,7 +6,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
@@ -47,17 +47,11 @@ def entry_digest(entry: AuditEntry) -> str:
 
 @dataclass
 class AuditWriter:
+    """Appends entries to the chain inside one audited transaction. What a
+    version-writing transaction knows besides (its sweeps, what it wrote) is the
+    shards app's own: ``shards.writetx.WriteTx``."""
+
     head: AuditHead
-    # Set by shards' write_transaction: its write sweeps have run (every version
-    # write checks this), and when the transaction began (commit latency).
-    swept: bool = False
-    started: float = 0.0
-    sweep_counts: dict[str, int] = field(default_factory=dict)
-    written: list[str] = field(default_factory=list)  # shard ids given a new version
-    # Additive shards' Docs as this transaction's writes left them: a later write
-    # in the same transaction (group commit) takes one instead of rebuilding it,
-    # and what is left here is cached once the transaction commits.
-    fresh_docs: dict[str, Any] = field(default_factory=dict)
 
     def append(
         self,

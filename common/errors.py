@@ -31,10 +31,6 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.details = details
-        # A refusal decided inside a write whose savepoint is rolled back: the
-        # audit record the group commit appends for it in the batch instead
-        # (shards.writer), so the refusal is on the chain like any other.
-        self.audit_entry: dict[str, Any] | None = None
 
     def envelope(self) -> dict[str, Any]:
         return envelope(self.code, self.message, **self.details)

@@ -12,18 +12,19 @@ task, and contending agents that named the same one all but one lose a request.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from typing import Any
 
 from access.auth import Actor
-from audit.chain import AuditWriter
 from common.errors import ApiError
 from metrics import record
 from shards.models import Shard, ShardType
+from shards.rules import WriteRules, rules_precheck
 from shards.selectors import ShardNotFound, shard_get
-from shards.services import commit_rules_check, value_validate
 from shards.writer import CommitResult, group_commit, version_write
+from shards.writetx import WriteTx
 
 from .leases import lease_bind
 from .txn import Compare, compare_holds
@@ -75,13 +76,15 @@ def task_claim(
     shard = shard_get(shard_id, payload=False)
     if shard.type != ShardType.DECISION:
         raise _not_a_queue(shard_id)
-    commit_rules_check(actor, shard, None)  # owners, and the gate: as any commit
+    rules = WriteRules(fence=fence, versioned=False)
+    # Owners and the gate before the lock, as for any commit (and again under it).
+    rules_precheck(shard, actor, rules, expected_version=shard.version, value=None)
 
     # In a write transaction (expired leases end first: their tasks show it),
     # shared with the process's concurrent writes (group commit), each in its own
     # savepoint: claims of one batch read the queue as the ones before them left it.
-    def work(audit: AuditWriter) -> Claim | int:
-        return _claim_locked(audit, actor, shard, where, set_fields, lease_id, fence)
+    def work(tx: WriteTx) -> Claim | int:
+        return _claim_locked(tx, actor, shard, where, set_fields, lease_id, rules)
 
     claim = group_commit.run(work)
     if not isinstance(claim, Claim):
@@ -100,13 +103,13 @@ def task_claim(
 
 
 def _claim_locked(
-    audit: AuditWriter,
+    tx: WriteTx,
     actor: Actor,
     shard: Shard,
     where: dict[str, Any],
     set_fields: dict[str, Any],
     lease_id: str | None,
-    fence: int | None,
+    rules: WriteRules,
 ) -> Claim | int:
     """The claim written, or the version of a queue with nothing to claim."""
     # Read under the write lock: no other write can come between this read and
@@ -136,7 +139,6 @@ def _claim_locked(
     task_id = random.choice(free)
     task = {**queue[task_id], **set_fields, HOLDER: actor.agent_id}
     value = {**queue, task_id: task}
-    value_validate(shard.value_schema, value)
     if lease_id:
         lease_bind(
             lease_id=lease_id,
@@ -145,14 +147,16 @@ def _claim_locked(
             shard=shard,
             path=[task_id, HOLDER],
         )
+    # The value is made here, from the queue as the lock shows it: the writer
+    # checks it against the schema (within its budget) with the other rules.
+    details = {"claim": task_id, **({"lease_id": lease_id} if lease_id else {})}
     result = version_write(
-        audit=audit,
+        tx=tx,
         shard=shard,
         actor=actor,
         expected_version=row["version"],
         value=value,
-        fence=fence,
-        details={"claim": task_id, **({"lease_id": lease_id} if lease_id else {})},
+        rules=dataclasses.replace(rules, details=details),
     )
     if result is None:  # read under this same lock: only a deletion can do this
         raise ShardNotFound(shard.id)

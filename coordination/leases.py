@@ -27,7 +27,9 @@ from common.errors import ApiError
 from common.inputs import is_json_integer
 from common.jsonpaths import path_delete
 from shards.models import Shard, ShardType
+from shards.rules import Exemption, WriteRules
 from shards.writer import version_write, write_transaction
+from shards.writetx import WriteTx
 
 from .models import Lease, LeaseBinding
 
@@ -57,7 +59,7 @@ def _ttl(ttl_seconds: Any) -> int:
 
 def lease_grant(*, holder: str, key_prefix: str, ttl_seconds: Any) -> Lease:
     ttl = _ttl(ttl_seconds)
-    with write_transaction() as audit:  # expired leases end first
+    with write_transaction() as tx:  # expired leases end first
         now = timezone.now()
         lease = Lease(
             holder=holder,
@@ -65,7 +67,7 @@ def lease_grant(*, holder: str, key_prefix: str, ttl_seconds: Any) -> Lease:
             ttl_seconds=ttl,
             expires_at=now + timedelta(seconds=ttl),
         )
-        entry = audit.append(
+        entry = tx.audit.append(
             action=AuditAction.LEASE_GRANTED,
             agent_id=holder,
             key_prefix=key_prefix,
@@ -107,18 +109,18 @@ def lease_keepalive(*, lease_id: str, holder: str, key_prefix: str) -> Lease:
 
 
 def lease_revoke(*, lease_id: str, holder: str, key_prefix: str) -> None:
-    with write_transaction() as audit:  # expired leases end first
+    with write_transaction() as tx:  # expired leases end first
         lease = _held(lease_id, holder, key_prefix)
-        _end(audit, lease, "revoked")
+        _end(tx, lease, "revoked")
 
 
-def leases_expire_due(audit: AuditWriter) -> int:
+def leases_expire_due(tx: WriteTx) -> int:
     """The one place leases end by time. Registered as a write sweep: it runs at
     the start of every write transaction, so no write is based on what an
     expired lease held."""
     due = list(Lease.objects.due())
     for lease in due:
-        _end(audit, lease, "expired")
+        _end(tx, lease, "expired")
     next_expiry.forget()
     return len(due)
 
@@ -180,18 +182,19 @@ def leases_expire_now() -> int:
     """Ends every lease past its time, in a write transaction of its own (beat)."""
     if not leases_due():
         return 0
-    with write_transaction() as audit:
-        return audit.sweep_counts.get(LEASE_SWEEP, 0)
+    with write_transaction() as tx:
+        return tx.sweep_counts.get(LEASE_SWEEP, 0)
 
 
 LEASE_SWEEP = "leases"
 
 
-def _end(audit: AuditWriter, lease: Lease, why: str) -> None:
-    """Ends a lease and removes what it held, one new version per shard touched."""
+def _end(tx: WriteTx, lease: Lease, why: str) -> None:
+    """Ends a lease and removes what it held, one new version per shard touched
+    (exempt, by name, from the owners, the gate and the schema: ``Exemption.LEASE_END``)."""
     lease.revoked = True
     lease.save(update_fields=["revoked"])
-    audit.append(
+    tx.audit.append(
         action=AuditAction.LEASE_ENDED,
         agent_id=lease.holder,
         key_prefix=lease.key_prefix,
@@ -215,13 +218,16 @@ def _end(audit: AuditWriter, lease: Lease, why: str) -> None:
         if not removed:
             continue
         version_write(
-            audit=audit,
+            tx=tx,
             shard=shard,
             actor=Actor(agent_id=lease.holder),
             expected_version=shard.version,
             value=value,
+            rules=WriteRules(
+                exemption=Exemption.LEASE_END,
+                details={"lease_id": lease.id, "paths": removed, "why": why},
+            ),
             action=AuditAction.LEASE_RELEASED_PATH,
-            details={"lease_id": lease.id, "paths": removed, "why": why},
             committed_by=f"lease:{lease.id}",
         )
 

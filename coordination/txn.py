@@ -12,7 +12,6 @@ from typing import Any
 from django.conf import settings
 
 from access.auth import Actor, permission_check, scope_check
-from audit.chain import AuditWriter
 from common.errors import ApiError
 from common.inputs import is_json_integer
 from common.jsonpaths import ABSENT as _ABSENT
@@ -20,16 +19,12 @@ from common.jsonpaths import json_equal, json_less, path_delete, path_get, path_
 from common.pages import encode
 from metrics import record
 from shards import crdt
+from shards.additive import additive_apply_locked
 from shards.models import CrdtType, Shard, ShardType, is_shard_id
+from shards.rules import Additions, WriteRules, fence_parse, rules_check
 from shards.selectors import ShardNotFound, shard_current_value
-from shards.services import (
-    additive_apply_locked,
-    fence_parse,
-    gate_check,
-    owner_check,
-    value_validate,
-)
 from shards.writer import group_commit, version_write
+from shards.writetx import WriteTx
 
 from .leases import lease_bind
 
@@ -206,7 +201,7 @@ def txn_apply(*, actor: Actor, key: Any, body: Any) -> dict[str, Any]:
     # The write transaction's sweeps end expired leases before the compares read.
     # Group commit: concurrent transactions share one database transaction, each
     # in a savepoint of its own (all of it or nothing, as before).
-    def apply(audit: AuditWriter) -> tuple[bool, list[dict[str, Any]], dict[str, int], int | None]:
+    def apply(tx: WriteTx) -> tuple[bool, list[dict[str, Any]], dict[str, int], int | None]:
         shards = {s.id: s for s in Shard.objects.filter(pk__in=txn.shard_ids)}
         values = {sid: shard_current_value(s) for sid, s in shards.items()}
         succeeded = all(
@@ -224,7 +219,7 @@ def txn_apply(*, actor: Actor, key: Any, body: Any) -> dict[str, Any]:
                 op.shard_id, _Working(shard, copy.deepcopy(values[op.shard_id]), shard.version)
             )
             responses.append(_run_op(op, item, where, actor))
-        versions, revision = _write(audit, actor, working, txn.fence)
+        versions, revision = _write(tx, actor, working, txn.fence)
         return succeeded, responses, versions, revision
 
     succeeded, responses, versions, revision = group_commit.run(apply)
@@ -286,9 +281,12 @@ def _run_op(op: Op, item: _Working, where: str, actor: Actor) -> dict[str, Any]:
             "value": None if found is _ABSENT else found,
             "version": shard.version,
         }
-    # Writes follow the shard's rules: owners, the gate, the type.
-    owner_check(shard, actor.agent_id)
-    gate_check(shard, None)
+    # Writes follow the shard's rules: owners and the gate for every write op, even
+    # one that changes nothing (the writer applies them again to what it writes),
+    # and the type.
+    rules_check(
+        shard, actor, WriteRules(versioned=False), expected_version=shard.version, value=None
+    )
     if op.op == "append":
         if shard.type != ShardType.ADDITIVE or shard.crdt_type != CrdtType.ARRAY or op.path:
             raise ApiError(
@@ -321,7 +319,7 @@ def _run_op(op: Op, item: _Working, where: str, actor: Actor) -> dict[str, Any]:
 
 
 def _write(
-    audit: AuditWriter, actor: Actor, working: dict[str, _Working], fence: int | None
+    tx: WriteTx, actor: Actor, working: dict[str, _Working], fence: int | None
 ) -> tuple[dict[str, int], int | None]:
     """One new version per written shard, each through the one version writer."""
     versions: dict[str, int] = {}
@@ -337,25 +335,28 @@ def _write(
                 return crdt.apply_op(CrdtType.ARRAY, doc, value, op)
 
             appended = additive_apply_locked(
-                audit=audit,
+                tx=tx,
                 actor=actor,
                 shard=item.shard,
                 change=append,
                 op_json=op.as_json(),
-                fence=fence,
+                rules=WriteRules(
+                    fence=fence,
+                    schema=Additions(False, CrdtType.ARRAY),
+                    versioned=False,
+                    details={"crdt_type": item.shard.crdt_type},
+                ),
             )
             assert appended is not None  # a parsed append always changes the Doc
             versions[shard_id], revision = appended.version, appended.audit_entry_id
             continue
-        value_validate(item.shard.value_schema, item.value)
         result = version_write(
-            audit=audit,
+            tx=tx,
             shard=item.shard,
             actor=actor,
             expected_version=item.before,
             value=item.value,
-            fence=fence,
-            details={"txn": True},
+            rules=WriteRules(fence=fence, details={"txn": True}),
         )
         if result is None:  # read under this same lock: only a deletion can do this
             raise ShardNotFound(shard_id)

@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 from audit.chain import AuditWriter
 
+from .writetx import WriteTx
+
 
 class Gate(Protocol):
     """The approval half of the irreversibility rule."""
@@ -42,7 +44,7 @@ class Gate(Protocol):
         """Marks the approval used by ``commit``, inside the commit's transaction."""
 
 
-WriteSweep = Callable[[AuditWriter], int]
+WriteSweep = Callable[[WriteTx], int]
 DueCheck = Callable[[], bool]
 TickSweep = Callable[[], int]
 DeleteHook = Callable[[AuditWriter, str], None]

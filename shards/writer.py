@@ -1,17 +1,19 @@
 """The one place a shard gets a new version.
 
 Every path that changes a shard comes through ``version_write``, inside a
-``write_transaction``: the REST commit, a transaction's put/delete/append, an
-additive operation, a Yjs update, a lease's end, an approved commit. So each
-of them, without exception:
+``write_transaction`` (or a group commit batch): the REST commit, a
+transaction's put/delete/append, an additive operation, a Yjs update, a
+claim, a lease's end, an approved commit. So each of them, without exception:
 
 - runs the registered write sweeps first (lease expiry), in the same
   transaction, before anything is read for the write;
-- checks the fence it carries (``fence_check``);
+- applies the write's rules (``rules.rules_locked``: owners, the gate, the
+  schema, the read set, the fence), less the exemptions the write names;
 - applies the change as one conditional UPDATE against the version and the
   incarnation whose rules were checked (zero rows: someone else got there);
-- appends exactly one audit entry for the new version;
-- counts the commit in the metrics;
+- appends exactly one audit entry for the new version (and the approval's
+  "committed" entry when it carries one, spending it);
+- counts the commit in the metrics once the transaction commits;
 - sends ``shard_changed`` (the subscribers' ``invalidate``) after commit.
 """
 
@@ -29,7 +31,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from access.auth import Actor
-from audit.chain import AuditWriter, audited_transaction
+from audit.chain import audited_transaction
 from audit.models import AuditAction
 from audit.rejections import rejection_entry
 from common import hotsql
@@ -41,6 +43,9 @@ from metrics.record import recorder
 from . import crdt_store
 from .hooks import hooks
 from .models import Shard
+from .rules import Refusal, WriteRules, conflict_told, rules_locked, stale_error
+from .selectors import ShardNotFound
+from .writetx import WriteTx
 
 _SAME = object()
 
@@ -57,7 +62,7 @@ class CommitResult:
 
 
 @contextmanager
-def swept_transaction(started: float) -> Iterator[AuditWriter]:
+def swept_transaction(started: float) -> Iterator[WriteTx]:
     """The one way a version-writing transaction opens: the write sweeps (lease
     expiry) run first, under the same lock, and the Docs its additive writes
     leave are cached once it commits. Shared by write_transaction and group
@@ -66,21 +71,27 @@ def swept_transaction(started: float) -> Iterator[AuditWriter]:
     # leases): a write does not pay for the sweep under the lock when nothing is due.
     due = {name for name, check in list(hooks.write_sweeps_due.items()) if check()}
     with audited_transaction() as audit:
-        audit.swept, audit.started = True, started
-        write_sweeps_run(audit, due)
-        yield audit
-        fresh_docs_kept(audit)
+        tx = WriteTx(audit=audit, started=started, swept=True)
+        write_sweeps_run(tx, due)
+        yield tx
+        fresh_docs_kept(tx)
 
 
 @contextmanager
-def write_transaction() -> Iterator[AuditWriter]:
+def write_transaction() -> Iterator[WriteTx]:
     """The audited transaction every version write runs in (swept_transaction)."""
     started = time.perf_counter()
-    with swept_transaction(started) as audit:
-        yield audit
+    with swept_transaction(started) as tx:
+        yield tx
     # Reached only when the transaction committed: count what it wrote.
+    commits_count(tx.written, started)
+
+
+def commits_count(written: list[str], started: float) -> None:
+    """The one place commits are counted in the metrics: once their transaction
+    has committed, with the latency from when the writer asked."""
     latency_ms = (time.perf_counter() - started) * 1000
-    for shard_id in audit.written:
+    for shard_id in written:
         recorder.commit(shard_id=shard_id, latency_ms=latency_ms, outcome=CommitSample.OK)
 
 
@@ -89,7 +100,7 @@ T = TypeVar("T")
 
 @dataclass
 class _Queued:
-    work: Callable[[AuditWriter], Any]
+    work: Callable[[WriteTx], Any]
     started: float
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
@@ -120,13 +131,13 @@ class GroupCommit:
         self._queue: deque[_Queued] = deque()
         self.batches = 0  # transactions committed (tests count them)
 
-    def run(self, work: Callable[[AuditWriter], T]) -> T:
-        """``work(audit)`` inside a write transaction, with others' writes."""
+    def run(self, work: Callable[[WriteTx], T]) -> T:
+        """``work(tx)`` inside a write transaction, with others' writes."""
         if connection.in_atomic_block:
             # Inside the caller's own transaction: another thread's connection
             # could neither see nor join it. Run here, nested, as before.
-            with write_transaction() as audit:
-                return work(audit)
+            with write_transaction() as tx:
+                return work(tx)
         queued = _Queued(work, time.perf_counter())
         self._queue.append(queued)
         while not queued.done.is_set():
@@ -144,22 +155,21 @@ class GroupCommit:
 
     def _apply(self, batch: list[_Queued]) -> None:
         try:
-            with swept_transaction(batch[0].started) as audit:
+            with swept_transaction(batch[0].started) as tx:
                 for queued in batch:
-                    head_hash, written_from = audit.head.last_hash, len(audit.written)
+                    head_hash, written_from = tx.audit.head.last_hash, len(tx.written)
                     try:
                         with transaction.atomic():  # a savepoint: this write alone
-                            queued.result = queued.work(audit)
+                            queued.result = queued.work(tx)
                     except Exception as error:  # noqa: BLE001 -- handed to its own caller
-                        audit.head.last_hash = head_hash  # its entries were rolled back
-                        del audit.written[written_from:]
-                        audit.fresh_docs.clear()  # it may have changed a Doc in place
+                        tx.audit.head.last_hash = head_hash  # its entries were rolled back
+                        del tx.written[written_from:]
+                        tx.fresh_docs.clear()  # it may have changed a Doc in place
                         queued.error = error
-                        refusal = getattr(error, "audit_entry", None)
-                        if refusal is not None:  # e.g. FENCED: audited with the batch
-                            audit.append(**refusal)
+                        if isinstance(error, Refusal):  # e.g. FENCED: audited with the batch
+                            tx.audit.append(**error.record)
                     else:
-                        queued.written = audit.written[written_from:]
+                        queued.written = tx.written[written_from:]
             self.batches += 1
         except BaseException as error:
             for queued in batch:
@@ -167,14 +177,8 @@ class GroupCommit:
                     queued.result, queued.error = None, error
             raise_if_not_exception(error)
         else:
-            now = time.perf_counter()
             for queued in batch:
-                for shard_id in queued.written:
-                    recorder.commit(
-                        shard_id=shard_id,
-                        latency_ms=(now - queued.started) * 1000,
-                        outcome=CommitSample.OK,
-                    )
+                commits_count(queued.written, queued.started)
         finally:
             for queued in batch:
                 queued.done.set()
@@ -190,11 +194,11 @@ def raise_if_not_exception(error: BaseException) -> None:
 group_commit = GroupCommit()
 
 
-def fresh_docs_kept(audit: AuditWriter) -> None:
+def fresh_docs_kept(tx: WriteTx) -> None:
     """The Docs this transaction's additive writes left are cached in this
     process once it commits (on the outermost commit: a nested transaction
     rolled back later must not leave a Doc the database never had)."""
-    docs = dict(audit.fresh_docs)
+    docs = dict(tx.fresh_docs)
 
     def keep() -> None:
         for shard_id, loaded in docs.items():
@@ -204,66 +208,37 @@ def fresh_docs_kept(audit: AuditWriter) -> None:
         transaction.on_commit(keep)
 
 
-def write_sweeps_run(audit: AuditWriter, due: set[str]) -> None:
+def write_sweeps_run(tx: WriteTx, due: set[str]) -> None:
     """The write sweeps that have work, inside the caller's write transaction."""
     for name, sweep in list(hooks.write_sweeps.items()):
-        audit.sweep_counts[name] = sweep(audit) if name in due else 0
-
-
-def fence_check(*, shard_ids: set[str], fence: int | None) -> None:
-    """The fencing rule: a write carrying an older fence than the newest one the
-    shard has seen is refused; a newer one becomes the shard's fence."""
-    if fence is None:
-        return
-    for shard_id in sorted(shard_ids):
-        seen = Shard.objects.filter(pk=shard_id).values_list("fence", flat=True).first()
-        if seen is not None and fence < seen:
-            raise ApiError(
-                409,
-                "FENCED",
-                f"Fence {fence} is older than {seen}, the newest holder's on {shard_id!r}.",
-                shard_id=shard_id,
-                fence=fence,
-                current_fence=seen,
-            )
-    Shard.objects.filter(pk__in=shard_ids, fence__lt=fence).update(fence=fence)
+        tx.sweep_counts[name] = sweep(tx) if name in due else 0
 
 
 def version_write(
     *,
-    audit: AuditWriter,
+    tx: WriteTx,
     shard: Shard,
     actor: Actor,
     expected_version: int,
     value: Any,
+    rules: WriteRules,
     columns: dict[str, Any] | None = None,
-    fence: int | None = None,
     action: str = AuditAction.SHARD_COMMIT,
     audit_value: Any = _SAME,
-    details: dict[str, Any] | None = None,
     committed_by: str = "",
 ) -> CommitResult | None:
-    """Writes version ``expected_version + 1`` of ``shard`` (its rules already
-    checked by the caller). None when the version or the incarnation has moved.
+    """Writes version ``expected_version + 1`` of ``shard`` once its rules hold
+    (``rules_locked``; a refusal raises, with its audit record). None when the
+    version or the incarnation has moved.
 
     ``columns``: what the row stores besides the version (default: ``value``;
     an additive shard stores its Doc and value only at compaction).
     ``audit_value``: what the audit entry records (default: ``value``; an
     additive operation records the op). ``committed_by``: who the row and the
     push name, when not the actor (a lease's end)."""
-    if not getattr(audit, "swept", False):
+    if not tx.swept:
         raise RuntimeError("version_write runs inside write_transaction()")
-    try:
-        fence_check(shard_ids={shard.id}, fence=fence)
-    except ApiError as refusal:
-        refusal.audit_entry = rejection_entry(
-            agent_id=actor.agent_id,
-            key_prefix=actor.key_prefix,
-            shard_id=shard.id,
-            expected=expected_version,
-            code=refusal.code,
-        )
-        raise
+    rules_locked(shard, actor, rules, expected_version=expected_version, value=value)
     by = committed_by or actor.agent_id
     version = expected_version + 1
     stored = {"value": value} if columns is None else columns
@@ -277,7 +252,10 @@ def version_write(
     )
     if not touched:
         return None
-    entry = audit.append(
+    details = dict(rules.details)
+    if rules.approval_id:
+        details["approval_id"] = rules.approval_id
+    entry = tx.audit.append(
         action=action,
         agent_id=actor.agent_id,
         key_prefix=actor.key_prefix,
@@ -285,11 +263,73 @@ def version_write(
         version_before=expected_version,
         version_after=version,
         value=value if audit_value is _SAME else audit_value,
-        details=details,
+        details=details or None,
     )
-    audit.written.append(shard.id)  # counted in the metrics once committed
+    result = CommitResult(version, value, entry.pk)
+    if rules.approval_id:
+        approval_spent(tx, actor, shard.id, rules, result)
+    tx.written.append(shard.id)  # counted in the metrics once committed
     send_event_on_commit("shard_changed", shard_id=shard.id, version=version, committed_by=by)
-    return CommitResult(version, value, entry.pk)
+    return result
+
+
+def occ_write(
+    tx: WriteTx,
+    *,
+    actor: Actor,
+    shard: Shard,
+    expected_version: int,
+    value: Any,
+    rules: WriteRules,
+) -> CommitResult | ApiError:
+    """A decision shard's commit under the lock: the version written, or the
+    refusal if the version (or the shard) has moved. The refusal is returned,
+    not raised: its audit entry, and the loser's conflict_notify, commit with
+    the batch."""
+    result = version_write(
+        tx=tx, shard=shard, actor=actor, expected_version=expected_version, value=value, rules=rules
+    )
+    if result is not None:
+        return result
+    current = (
+        Shard.objects.filter(pk=shard.id, incarnation=shard.incarnation)
+        .values("version", "value")
+        .first()
+    )
+    rejection: ApiError
+    if current is None:
+        rejection = ShardNotFound(shard.id)
+    else:
+        rejection = stale_error(actor, expected_version, current)
+        conflict_told(actor, shard.id, current, value)
+    tx.audit.append(
+        **rejection_entry(
+            agent_id=actor.agent_id,
+            key_prefix=actor.key_prefix,
+            shard_id=shard.id,
+            expected=expected_version,
+            code=rejection.code,
+        )
+    )
+    return rejection
+
+
+def approval_spent(
+    tx: WriteTx, actor: Actor, shard_id: str, rules: WriteRules, result: CommitResult
+) -> None:
+    """The one record of an approval's commit, in the commit's transaction; a
+    commit that carried it through the gate also spends it there (single use)."""
+    commit = {"version": result.version, "audit_entry_id": result.audit_entry_id}
+    if rules.applies("gate"):
+        assert hooks.gate is not None  # the gate rule refused the commit otherwise
+        hooks.gate.consume(approval_id=str(rules.approval_id), commit=commit)
+    tx.audit.append(
+        action=AuditAction.APPROVAL_COMMITTED,
+        agent_id=actor.agent_id,
+        key_prefix=actor.key_prefix,
+        shard_id=shard_id,
+        details={"approval_id": rules.approval_id, **commit},
+    )
 
 
 def conflict_record(*, shard_id: str, started: float) -> None:

@@ -24,8 +24,9 @@ from audit.models import AuditAction, AuditEntry
 from common.errors import ApiError
 from shards import services
 from shards.models import Shard
+from shards.rules import WriteRules
 from shards.selectors import shard_get
-from shards.writer import group_commit
+from shards.writer import group_commit, version_write
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -155,10 +156,10 @@ def test_a_write_that_fails_in_a_batch_is_rolled_back_alone():
     _counter("gc.b")
 
     def fails_after_writing() -> Any:
-        def work(audit: Any) -> None:
+        def work(tx: Any) -> None:
             shard = shard_get("gc.b", payload=False)
-            services.version_write(
-                audit=audit, shard=shard, actor=BOB, expected_version=1, value="half"
+            version_write(
+                tx=tx, shard=shard, actor=BOB, expected_version=1, value="half", rules=WriteRules()
             )
             raise RuntimeError("the write failed after its version and audit entry")
 

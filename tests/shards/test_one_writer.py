@@ -31,7 +31,9 @@ from audit.models import AuditAction, AuditEntry
 from coordination.leases import next_expiry
 from coordination.models import Lease
 from metrics.models import CommitSample
+from shards import writer
 from shards.models import Shard
+from shards.rules import Exemption
 from tests.realtime.test_yjs_sync import local_doc, synced
 from zerolock_site.asgi import application
 
@@ -232,11 +234,37 @@ async def told_versions(observer: WebsocketCommunicator, shard_id: str, upto: in
     return seen
 
 
+# The rules each path's version is written under: all of them, or the named exemption.
+EXEMPTIONS: dict[str, Exemption | None] = {
+    "REST commit": None,
+    "transaction": None,
+    "claim": None,
+    "additive op": None,
+    "Yjs update": None,
+    "approved commit": Exemption.APPROVED,
+    "lease expiry": Exemption.LEASE_END,
+}
+
+
 @DB
 @pytest.mark.parametrize("path", PATHS)
-async def test_each_path_writes_through_the_one_version_writer(path):
+async def test_each_path_writes_through_the_one_version_writer(path, monkeypatch):
+    applied: list[tuple[str, Exemption | None]] = []
+    real_rules = writer.rules_locked
+
+    def rules_seen(shard, actor, rules, **kwargs):
+        applied.append((shard.id, rules.exemption))
+        return real_rules(shard, actor, rules, **kwargs)
+
+    monkeypatch.setattr(writer, "rules_locked", rules_seen)
     world = await a_world()
     shard_id, version = await PATHS[path](world)
+
+    # The writer applied the rules to this path's version itself, less the named
+    # exemption; and to the expired lease's release, as a lease's end.
+    assert (shard_id, EXEMPTIONS[path]) in applied, applied
+    released = [e for sid, e in applied if sid.startswith("lease-target") or sid == "w-lease"]
+    assert released[-1] == Exemption.LEASE_END, applied
 
     # One audit entry per version, none missing, none twice.
     entries = await sync_to_async(_entries)(shard_id)
@@ -337,11 +365,51 @@ async def test_the_fence_is_checked_by_the_writer_not_by_each_caller():
 def test_a_version_write_outside_a_write_transaction_is_a_programming_error(db):
     from access.auth import Actor
     from audit.chain import audited_transaction
+    from shards.rules import WriteRules
     from shards.writer import version_write
+    from shards.writetx import WriteTx
 
     shard = Shard.objects.create(
         id="bare", type="decision", value={}, created_by="t", updated_by="t"
     )
     with pytest.raises(RuntimeError, match="write_transaction"), audited_transaction() as audit:
-        version_write(audit=audit, shard=shard, actor=Actor("t"), expected_version=1, value={})
+        # A WriteTx made by hand, not by write_transaction (whose sweeps never ran).
+        version_write(
+            tx=WriteTx(audit=audit, started=0.0),
+            shard=shard,
+            actor=Actor("t"),
+            expected_version=1,
+            value={},
+            rules=WriteRules(),
+        )
     assert Shard.objects.get(pk="bare").version == 1
+
+
+@DB
+async def test_a_lease_end_frees_its_task_even_where_the_schema_wants_a_holder():
+    """docs/decisions.md: a lease's end is exempt from the schema (and the owners
+    and the gate): a dead holder's task must come free."""
+    world = await a_world()
+    schema = {
+        "type": "object",
+        "additionalProperties": {"type": "object", "required": ["holder"]},
+    }
+    await create(world, "w-held", initial_value={"t1": {"holder": "nobody"}}, value_schema=schema)
+    lease = (await world.rest("post", "/api/leases", {"ttl_seconds": 60})).json()["lease_id"]
+    put = {"op": "put", "shard_id": "w-held", "path": ["t1", "holder"], "value": "writer-1",
+           "lease_id": lease}  # fmt: skip
+    assert (await world.rest("post", "/api/txn", {"success": [put]})).status_code == 200
+    revoked = await world.rest("delete", f"/api/leases/{lease}")
+    assert revoked.status_code == 204, revoked.content
+    shard = await sync_to_async(Shard.objects.get)(pk="w-held")
+    assert shard.value == {"t1": {}} and shard.version == 3  # past what the schema allows
+    released = await sync_to_async(
+        lambda: AuditEntry.objects.filter(action=AuditAction.LEASE_RELEASED_PATH).last()
+    )()
+    assert released.shard_id == "w-held" and released.details["paths"] == [["t1", "holder"]]
+    # Any agent's commit of such a value is refused as before.
+    refused = await world.rest(
+        "post", "/api/shards/w-held/commit", {"expected_version": 3, "new_value": {"t2": {}}}
+    )
+    assert refused.json()["error"]["code"] == "SCHEMA_VIOLATION"
+    await world.observer.disconnect()
