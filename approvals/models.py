@@ -9,7 +9,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from common.prefixes import scopes_q
+from common.prefixes import prefix_q, scopes_q
+from shards.models import Shard
 
 APPROVAL_ID_REGEX = r"^apr_[0-9a-f]{24}$"
 
@@ -40,6 +41,11 @@ def status_label(status: str) -> str:
         return status
 
 
+# What ``with_shard_now`` annotates.
+SHARD_VERSION_NOW = "shard_version_now"
+SHARD_CREATED_NOW = "shard_created_now"
+
+
 class ApprovalQuerySet(models.QuerySet):
     def pending(self, now: datetime | None = None) -> ApprovalQuerySet:
         """Awaiting a decision: pending and not past the deadline (whether or not
@@ -65,8 +71,34 @@ class ApprovalQuerySet(models.QuerySet):
         """Approvals on shards a key scoped to these prefixes may see."""
         return self.filter(scopes_q("shard_id", prefixes)) if prefixes else self
 
+    def on_shards_starting(self, prefix: str) -> ApprovalQuerySet:
+        """On shards whose id starts with ``prefix`` (case-sensitively, as scopes)."""
+        return self.filter(prefix_q("shard_id", prefix)) if prefix else self
+
+    def expiring_by(self, moment: datetime) -> ApprovalQuerySet:
+        return self.filter(expires_at__lte=moment)
+
     def newest_first(self) -> ApprovalQuerySet:
         return self.order_by("-created_at", "-id")
+
+    def oldest_first(self) -> ApprovalQuerySet:
+        return self.order_by("created_at", "id")
+
+    def expiring_first(self) -> ApprovalQuerySet:
+        """What expires soonest is what needs a decision first."""
+        return self.order_by("expires_at", "created_at", "id")
+
+    def with_shard_now(self) -> ApprovalQuerySet:
+        """Each approval with its shard's version and creation time as they are
+        now, in the same statement (``selectors.ApprovalNow.of`` reads them;
+        null when the shard is gone)."""
+        shard = Shard.objects.filter(pk=models.OuterRef("shard_id"))
+        return self.annotate(
+            **{
+                SHARD_VERSION_NOW: models.Subquery(shard.values("version")[:1]),
+                SHARD_CREATED_NOW: models.Subquery(shard.values("created_at")[:1]),
+            }
+        )
 
     def with_decisions(self) -> ApprovalQuerySet:
         return self.prefetch_related(decisions_prefetch())
@@ -215,13 +247,6 @@ class ApprovalDecision(models.Model):
         if self.user is not None:
             return self.user.get_username()
         return ""
-
-
-def approval_counts() -> dict[str, int]:
-    """How many approvals are in each (effective) status: GET /api/metrics shows it."""
-    return {
-        status: Approval.objects.with_status(status).count() for status in ApprovalStatus.values
-    }
 
 
 # --- webhooks ---------------------------------------------------------------

@@ -20,8 +20,14 @@ from common.inputs import (
 from common.openapi import JSON_VALUE
 from shards.serializers import ShardIdField
 
-from .diffs import ApprovalDiff, ShardNow, approval_diff, stored_diff
-from .models import Approval, ApprovalDecision, ApprovalStatus, decisions_prefetch
+from .diffs import ApprovalDiff, approval_diff, stored_diff
+from .models import (
+    Approval,
+    ApprovalDecision,
+    ApprovalStatus,
+    decisions_prefetch,
+)
+from .selectors import ApprovalNow
 from .services import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, MIN_TTL_SECONDS
 
 METADATA_MAX_BYTES = 16 * 1024
@@ -187,19 +193,24 @@ def decision_data(decision: ApprovalDecision) -> dict[str, Any]:
 
 
 def approval_data(
-    approval: Approval, now: ShardNow | None = None, *, sees_values: bool = True
+    read: ApprovalNow,
+    *,
+    sees_values: bool = True,
+    listed: bool = False,
 ) -> dict[str, Any]:
-    """``now``: the shard's version now, for the drift flag and a diff against the
-    current value (reused from the request while the shard has not moved).
-    Without it (lists), the stored diff against the value at request time:
-    a list never computes a diff. ``sees_values`` False (``access.auth.sees_values``:
-    a key without ``shard:read``): neither the value at request nor the diff,
-    which is made from the shard's values."""
+    """``read``: the approval beside its shard now, for ``current_version`` and
+    ``stale``, and for a diff against the current value (the stored one while the
+    shard has not moved). ``listed``: the stored diff against the value at
+    request time, always: a list never computes a diff. ``sees_values`` False
+    (``access.auth.sees_values``: a key without ``shard:read``): neither the
+    value at request nor the diff, which is made from the shard's values."""
+    approval = read.approval
     if not sees_values:
         diff = ApprovalDiff(None, "not_readable", approval.version_at_request)
+    elif listed:
+        diff = stored_diff(approval)
     else:
-        diff = approval_diff(approval, now) if now else stored_diff(approval)
-    current_version = now.version if now else None
+        diff = approval_diff(approval, read.shard)
     prefetch_related_objects([approval], decisions_prefetch())  # a no-op when prefetched
     return {
         "id": approval.id,
@@ -216,9 +227,8 @@ def approval_data(
         "expected_version": approval.expected_version,
         "value_at_request": approval.value_at_request if sees_values else None,
         "version_at_request": approval.version_at_request,
-        "current_version": current_version,
-        # Drift: the shard moved on while this waited; approving would fail stale.
-        "stale": current_version is not None and current_version != approval.expected_version,
+        "current_version": read.current_version,
+        "stale": read.stale,
         "diff": diff.patch,
         "diff_truncated": diff.patch is None,
         "diff_omitted": diff.omitted or None,

@@ -1,4 +1,4 @@
-"""Thin views for /api/approvals: parse, call one service, render."""
+"""Thin views for /api/approvals: parse, call one service or selector, render."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from common.api import ApiView
 from common.inputs import parsed
 from common.openapi import CONFLICT, ErrorEnvelopeSerializer
 
-from . import services
-from .diffs import ShardNow, at_request, shard_now
+from . import selectors, services
 from .models import APPROVAL_ID_REGEX, Approval
+from .selectors import ApprovalNow, approval_now, at_request
 from .serializers import (
     ApprovalListQuerySerializer,
     ApprovalPageSerializer,
@@ -39,12 +39,8 @@ REQUEST_IS_NOT_AN_ID = OpenApiResponse(
 )
 
 
-def current_of(approval: Approval) -> ShardNow | None:
-    return shard_now(approval.shard_id)
-
-
 def visible_approval(request: Request, approval_id: str) -> Approval:
-    approval = services.approval_get(approval_id)
+    approval = selectors.approval_get(approval_id)
     scope_check(principal(request).key, [approval.shard_id])
     return approval
 
@@ -60,10 +56,8 @@ class ApprovalRequestView(ApiView):
         approval = services.approval_request(actor=who.actor, key_name=who.key.name, **data)
         # The shard as the request saw it: the answer is built from what was
         # stored and computes nothing that could fail after the store.
-        return Response(
-            approval_data(approval, at_request(approval), sees_values=sees_values(who.key)),
-            status=201,
-        )
+        read = ApprovalNow(approval, at_request(approval))
+        return Response(approval_data(read, sees_values=sees_values(who.key)), status=201)
 
 
 class ApprovalListView(ApiView):
@@ -74,15 +68,11 @@ class ApprovalListView(ApiView):
         query = parsed(ApprovalListQuerySerializer, request.query_params.dict())
         limit = query.get("limit") or settings.ZEROLOCK_PAGE_SIZE
         start = (query["page"] - 1) * limit
-        approvals = (
-            Approval.objects.matching(
-                status=query.get("status", ""),
-                shard_id=query.get("shard_id", ""),
-                requested_by=query.get("requested_by", ""),
-            )
-            .within_scopes(principal(request).key.shard_prefixes)
-            .newest_first()
-            .with_decisions()
+        approvals = selectors.approvals_listed(
+            status=query.get("status", ""),
+            shard_id=query.get("shard_id", ""),
+            requested_by=query.get("requested_by", ""),
+            scopes=principal(request).key.shard_prefixes,
         )
         page = list(approvals[start : start + limit + 1])
         next_url = None
@@ -91,7 +81,8 @@ class ApprovalListView(ApiView):
             params = request.query_params.copy()
             params["page"] = str(query["page"] + 1)
             next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
-        return Response({"results": [approval_data(a) for a in page], "next": next_url})
+        results = [approval_data(ApprovalNow.of(a), listed=True) for a in page]
+        return Response({"results": results, "next": next_url})
 
 
 class ApprovalDetailView(ApiView):
@@ -103,7 +94,7 @@ class ApprovalDetailView(ApiView):
     )
     def get(self, request: Request, approval_id: str) -> Response:
         approval = visible_approval(request, approval_id)
-        return Response(approval_data(approval, current_of(approval)))
+        return Response(approval_data(approval_now(approval)))
 
 
 class ApprovalDecideView(ApiView):
@@ -127,7 +118,7 @@ class ApprovalDecideView(ApiView):
             reason=data["reason"],
         )
         shown = sees_values(principal(request).key)
-        return Response(approval_data(approval, current_of(approval), sees_values=shown))
+        return Response(approval_data(approval_now(approval), sees_values=shown))
 
 
 class ApprovalRejectView(ApprovalDecideView):
