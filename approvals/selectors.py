@@ -3,22 +3,31 @@
 An approval is read beside its shard as it is now (``ShardNow``: the version and
 the incarnation, not the value), and whether it is stale is one rule,
 ``approval_stale``, which every page, list and answer asks through
-``ApprovalNow.stale``."""
+``ApprovalNow.stale``.
+
+Lists of approvals are keyset-paged, newest first: a cursor names the last
+approval a page held (``cursor_of``), and the next page starts after it
+(``ApprovalQuerySet.older_than``)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from common.errors import ApiError
+from common.pages import FETCH_CHUNK
 from shards.models import Shard
 
 from .models import (
     SHARD_CREATED_NOW,
     SHARD_VERSION_NOW,
     Approval,
+    ApprovalDecision,
     ApprovalQuerySet,
     ApprovalStatus,
+    decisions_named,
 )
 
 
@@ -115,13 +124,37 @@ def approvals_listed(
     *, status: str = "", shard_id: str = "", requested_by: str = "", scopes: list[str]
 ) -> ApprovalQuerySet:
     """GET /api/approvals before paging: filtered, inside the key's scopes, in
-    newest first, each with its decisions and its shard now."""
+    keyset order."""
     return (
         Approval.objects.matching(status=status, shard_id=shard_id, requested_by=requested_by)
         .within_scopes(scopes)
         .newest_first()
-        .with_decisions()
-        .with_shard_now()
+    )
+
+
+@dataclass(frozen=True)
+class Listed:
+    read: ApprovalNow
+    decisions: list[ApprovalDecision]
+
+
+def listed(approvals: ApprovalQuerySet, *, start: int, count: int) -> tuple[int, Iterator[Listed]]:
+    """Up to ``count`` of ``approvals`` from ``start``: how many there were, and
+    the approvals themselves, each beside its shard now and its decisions.
+
+    The rows come FETCH_CHUNK at a time (an approval holds up to three values of
+    up to a megabyte); the decisions, which are small, for the whole page in one
+    query, not one per chunk. So a page is four statements however long."""
+    ids = list(approvals.values_list("id", flat=True)[start : start + count])
+    decisions: dict[str, list[ApprovalDecision]] = {approval_id: [] for approval_id in ids}
+    for decision in decisions_named().filter(approval_id__in=ids):
+        decisions[decision.approval_id].append(decision)
+    # By id alone: a row the filters no longer match (decided meanwhile) is still
+    # this page's, as the ids query found it.
+    rows = Approval.objects.filter(pk__in=ids).newest_first().with_shard_now()
+    return len(ids), (
+        Listed(ApprovalNow.of(approval), decisions[approval.id])
+        for approval in rows.iterator(chunk_size=FETCH_CHUNK)
     )
 
 
@@ -131,3 +164,31 @@ def approval_counts() -> dict[str, int]:
     return {
         status: Approval.objects.with_status(status).count() for status in ApprovalStatus.values
     }
+
+
+# --- cursors ------------------------------------------------------------------
+# "<microseconds since 1970 UTC>.<approval id>": the (created_at, id) of the
+# last approval a page held. Clients treat it as opaque; it is readable only so
+# that a log or a bug report says where a walk was.
+
+CURSOR_REGEX = r"^[0-9]{1,18}\.[A-Za-z0-9_]{1,40}$"
+_CURSOR = re.compile(CURSOR_REGEX.removeprefix("^").removesuffix("$"))
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_LAST = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
+
+
+def cursor_of(created_at: datetime, approval_id: str) -> str:
+    return f"{(created_at - _EPOCH) // _MICROSECOND}.{approval_id}"
+
+
+def is_cursor(text: str) -> bool:
+    return _CURSOR.fullmatch(text) is not None
+
+
+def cursor_parse(cursor: str) -> tuple[datetime, str]:
+    """The (created_at, id) a cursor names. 18 digits reach past the year 9999:
+    such a cursor is the end of time, after which everything is older, not an
+    error (any cursor the pattern allows is taken)."""
+    micros, approval_id = cursor.split(".", 1)
+    return _EPOCH + min(int(micros), _LAST) * _MICROSECOND, approval_id
