@@ -13,8 +13,8 @@ class ApprovalsConfig(AppConfig):
         from shards.hooks import delete_hook_register, gate_register, tick_sweep_register
 
         from .gate import ApprovalGate
-        from .models import approval_counts
         from .roles import groups_ensure
+        from .selectors import approval_counts
         from .services import approval_expire_due, approvals_end
 
         gate_register(ApprovalGate())

@@ -7,10 +7,14 @@ the approve and reject forms, and the POST checks it again."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, time, timedelta
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -26,31 +30,46 @@ from audit.models import AuditEntry
 from common.errors import ApiError
 from shards.models import Shard
 
-from . import services
-from .diffs import approval_diff, shard_now, unmoved
+from . import selectors, services
+from .diffs import approval_diff, unmoved
 from .diffview import shown, shown_diff
-from .models import Approval, ApprovalStatus
-from .review import change_summary, first_change
+from .models import Approval, ApprovalQuerySet, ApprovalStatus
+from .review import SummaryRow, change_summary, first_change
+from .selectors import ApprovalNow, ShardNow
 
 DECIDE_PERMISSION = "approvals.decide_approval"
 
 
-def _watcher(request: HttpRequest) -> None:
-    if not can_watch(request.user):
+def _watcher(request: HttpRequest) -> AbstractBaseUser:
+    """The signed-in user, if they may watch (``login_required`` has already
+    sent anonymous visitors to the login page)."""
+    user = request.user
+    if not isinstance(user, AbstractBaseUser) or not can_watch(user):
         raise PermissionDenied("You may not view approvals.")
+    return user
 
 
 def _can_decide(request: HttpRequest) -> bool:
     return request.user.has_perm(DECIDE_PERMISSION)
 
 
-SORTS = {
+SORTS: dict[str, Callable[[ApprovalQuerySet], ApprovalQuerySet]] = {
     # Time left first: what expires soonest is what needs a decision first.
-    "time_left": ("expires_at", "created_at", "id"),
-    "age": ("created_at", "id"),  # oldest first
-    "newest": ("-created_at", "-id"),
+    "time_left": ApprovalQuerySet.expiring_first,
+    "age": ApprovalQuerySet.oldest_first,
+    "newest": ApprovalQuerySet.newest_first,
 }
 QUEUE_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One pending request as the queue shows it: its shard now, and the first
+    line of its change."""
+
+    read: ApprovalNow
+    preview: SummaryRow | None
+    preview_more: int
 
 
 def _queue_filters(request: HttpRequest) -> dict[str, str]:
@@ -88,36 +107,30 @@ def pending_count(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"pending": Approval.objects.pending().count()})
 
 
-def _queue_context(request: HttpRequest) -> dict:
+def _queue_context(request: HttpRequest) -> dict[str, Any]:
     filters = _queue_filters(request)
     now = timezone.now()
-    approvals = Approval.objects.pending(now)
-    if filters["shard"]:
-        approvals = approvals.filter(shard_id__startswith=filters["shard"])
+    approvals = Approval.objects.pending(now).on_shards_starting(filters["shard"])
     if filters["requester"]:
         approvals = approvals.filter(requested_by=filters["requester"])
     if filters["within"]:
         minutes = min(int(filters["within"]), 7 * 24 * 60)
-        approvals = approvals.filter(expires_at__lte=now + timedelta(minutes=minutes))
-    # Stale is known only against the shards' versions, so "stale only" filters
-    # in Python, over twice the page (a queue of more than 400 pending requests
-    # may then show fewer stale ones than it has; narrow by shard prefix).
-    approvals = list(
-        approvals.order_by(*SORTS[filters["sort"]]).with_decisions()[: QUEUE_LIMIT * 2]
+        approvals = approvals.expiring_by(now + timedelta(minutes=minutes))
+    # "Stale only" asks the one staleness rule, which lives in Python
+    # (selectors.approval_stale), over twice the page: a queue of more than 400
+    # pending requests may then show fewer stale ones than it has (narrow by
+    # shard prefix).
+    reads = selectors.approvals_now(
+        SORTS[filters["sort"]](approvals).with_decisions(), limit=QUEUE_LIMIT * 2
     )
-    versions = dict(
-        Shard.objects.filter(pk__in={a.shard_id for a in approvals}).values_list("id", "version")
-    )
-    for approval in approvals:
-        approval.current_version = versions.get(approval.shard_id)
-        approval.stale = approval.current_version != approval.expected_version
-        approval.preview, approval.preview_more = first_change(
-            approval.diff, approval.value_at_request
-        )
     if filters["stale"]:
-        approvals = [a for a in approvals if a.stale]
+        reads = [read for read in reads if read.stale]
+    rows = [
+        QueueRow(read, *first_change(read.approval.diff, read.approval.value_at_request))
+        for read in reads[:QUEUE_LIMIT]
+    ]
     return {
-        "approvals": approvals[:QUEUE_LIMIT],
+        "rows": rows,
         "now": now,
         "filters": filters,
         "sorts": [("time_left", "time left"), ("age", "oldest first"), ("newest", "newest first")],
@@ -138,7 +151,7 @@ def _queue_context(request: HttpRequest) -> dict:
 def bulk_reject(request: HttpRequest) -> HttpResponse:
     """Reject several requests with one reason. (There is no bulk approve: each
     approval of an irreversible change takes its own confirmation.)"""
-    _watcher(request)
+    user = _watcher(request)
     if not _can_decide(request):
         raise PermissionDenied("Only risk officers may decide approvals.")
     ids = request.POST.getlist("ids")[:QUEUE_LIMIT]
@@ -155,7 +168,7 @@ def bulk_reject(request: HttpRequest) -> HttpResponse:
         try:
             services.approval_decide(
                 approval_id=approval_id,
-                decider=services.Decider.user(request.user),
+                decider=services.Decider.user(user),
                 approve=False,
                 reason=reason,
             )
@@ -178,7 +191,7 @@ def _approvers(approval: Approval) -> list[str]:
     ]
 
 
-def _metadata_rows(metadata: object) -> list[tuple[str, dict]]:
+def _metadata_rows(metadata: object) -> list[tuple[str, dict[str, Any]]]:
     """Top-level keys in order, strings as they are, anything else as pretty
     JSON; the template escapes both (links are shown, not followed)."""
     if not isinstance(metadata, dict):
@@ -197,46 +210,43 @@ def _metadata_rows(metadata: object) -> list[tuple[str, dict]]:
     ]
 
 
-def _next_pending(approval_id: str) -> str | None:
-    """The request to go to after deciding this one: the next to expire."""
-    return (
-        Approval.objects.pending()
-        .exclude(pk=approval_id)
-        .order_by("expires_at", "created_at", "id")
-        .values_list("id", flat=True)
-        .first()
-    )
+@dataclass(frozen=True)
+class TrailEntry:
+    entry: AuditEntry
+    details_json: str
 
 
 @login_required
 @require_GET
 def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
-    _watcher(request)
+    user = _watcher(request)
     approval = Approval.objects.with_decisions().filter(pk=approval_id).first()
     if approval is None:
         return render(request, "console/missing.html", {"approval_id": approval_id}, status=404)
+    # One read of the shard: the versions, the value and its rules agree.
     current = (
-        Shard.objects.filter(pk=approval.shard_id).values("version", "value", "reversible").first()
+        Shard.objects.filter(pk=approval.shard_id)
+        .values("version", "created_at", "value", "reversible")
+        .first()
+    )
+    read = ApprovalNow(
+        approval, ShardNow(current["version"], current["created_at"]) if current else None
     )
     current_value = shown(current["value"] if current else None)
     proposed_value = shown(approval.proposed_value)
     status = approval.effective_status
-    stale = current is None or current["version"] != approval.expected_version
-    trail = list(AuditEntry.objects.filter(details__approval_id=approval.id).order_by("id"))
-    for entry in trail:
-        entry.details_json = json.dumps(entry.details, sort_keys=True)
+    trail = [
+        TrailEntry(entry, json.dumps(entry.details, sort_keys=True))
+        for entry in AuditEntry.objects.filter(details__approval_id=approval.id).order_by("id")
+    ]
     decisions = list(approval.decisions.all())
     # The summary reads the server's RFC 6902 patch: the stored one while the
     # shard has not moved, else one against the current value.
-    now = shard_now(approval.shard_id)
-    patch = approval_diff(approval, now)
-    base = (
-        approval.value_at_request
-        if now is None or unmoved(approval, now)
-        else (current["value"] if current else None)
-    )
+    moved = read.shard is not None and not unmoved(approval, read.shard)
+    patch = approval_diff(approval, read.shard)
+    base = current["value"] if moved and current else approval.value_at_request
     summary = change_summary(patch.patch, base) if patch.patch is not None else None
-    mine = next((d for d in decisions if d.principal == f"user:{request.user.pk}"), None)
+    mine = next((d for d in decisions if d.principal == f"user:{user.pk}"), None)
     pending = status == ApprovalStatus.PENDING
     return render(
         request,
@@ -245,14 +255,14 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             "approval": approval,
             "status": status,
             "current": current,
-            "stale": stale and pending,
+            "stale": read.stale and pending,
             "diff": shown_diff(current_value, proposed_value),
             "summary": summary,
             "diff_omitted": patch.omitted,
             "value_at_request": shown(approval.value_at_request).text,
             "current_value": current_value.text,
             "proposed_value": proposed_value.text,
-            "drifted": current is not None and current["version"] != approval.version_at_request,
+            "drifted": moved,
             "decisions": decisions,
             "approvals_counted": approval.approvals_counted(),
             "approvers": _approvers(approval),
@@ -260,7 +270,7 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             "trail": trail,
             "irreversible": current is not None and not current["reversible"],
             "can_decide": _can_decide(request) and pending and mine is None,
-            "next_id": _next_pending(approval.id),
+            "next_id": selectors.next_pending(approval.id),
             "metadata": _metadata_rows(approval.metadata),
         },
     )
@@ -269,7 +279,7 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
 @login_required
 @require_POST
 def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
-    _watcher(request)
+    user = _watcher(request)
     if not _can_decide(request):
         raise PermissionDenied("Only risk officers may decide approvals.")
     action = request.POST.get("action")
@@ -279,41 +289,39 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     if action == "approve" and request.POST.get("override_stale") != "yes":
         # A stale request would not apply: approving it needs the officer to say
         # they mean it, having seen the three values (the page asks for that).
-        row = Approval.objects.filter(pk=approval_id).values("shard_id", "expected_version").first()
-        if row is not None:
-            version = (
-                Shard.objects.filter(pk=row["shard_id"]).values_list("version", flat=True).first()
+        asked = Approval.objects.only("shard_id", "expected_version").filter(pk=approval_id).first()
+        read = selectors.approval_now(asked) if asked is not None else None
+        if read is not None and read.stale:
+            now = f"v{read.current_version}" if read.current_version is not None else "deleted"
+            messages.error(
+                request,
+                f"The shard has moved on (expected v{read.approval.expected_version}, now "
+                f"{now}): the change would not apply. Reject it as stale, or confirm that you "
+                "want to approve it anyway.",
             )
-            if version != row["expected_version"]:
-                messages.error(
-                    request,
-                    f"The shard has moved on (expected v{row['expected_version']}, now "
-                    f"{'v' + str(version) if version is not None else 'deleted'}): the change "
-                    "would not apply. Reject it as stale, or confirm that you want to approve "
-                    "it anyway.",
-                )
-                return redirect("console-detail", approval_id=approval_id)
+            return redirect("console-detail", approval_id=approval_id)
     try:
         approval = services.approval_decide(
             approval_id=approval_id,
-            decider=services.Decider.user(request.user),
+            decider=services.Decider.user(user),
             approve=action == "approve",
             reason=request.POST.get("reason", ""),
         )
     except ApiError as error:
         messages.error(request, f"{error.code}: {error.message}")
         return redirect("console-detail", approval_id=approval_id)
+    commit = approval.commit or {}
     if approval.status == ApprovalStatus.COMMITTED:
         messages.success(
             request,
             f"Approved and committed: {approval.shard_id} is now at version "
-            f"{approval.commit['version']} (audit entry {approval.commit['audit_entry_id']}).",
+            f"{commit['version']} (audit entry {commit['audit_entry_id']}).",
         )
     elif approval.status == ApprovalStatus.APPROVED_STALE:
         messages.warning(
             request,
-            f"Approved, but not applied (stale): {approval.commit.get('error')} "
-            f"(the shard is at version {approval.commit.get('current_version')}). "
+            f"Approved, but not applied (stale): {commit.get('error')} "
+            f"(the shard is at version {commit.get('current_version')}). "
             "Nothing was written.",
         )
     elif approval.status == ApprovalStatus.REJECTED:

@@ -13,7 +13,6 @@ the patch starts from."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -24,16 +23,9 @@ from common.errors import ApiError
 from shards.models import Shard
 
 from .models import Approval
+from .selectors import ShardNow
 
 CACHE_SECONDS = 3600
-
-
-@dataclass(frozen=True)
-class ShardNow:
-    """What a read needs to know about the shard without loading its value."""
-
-    version: int
-    created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -65,16 +57,6 @@ def proposed_value_check(value: Any) -> None:
             f"proposed_value is nested more than {limit} levels deep.",
             fields={"proposed_value": [f"nested more than {limit} levels deep"]},
         )
-
-
-def shard_now(shard_id: str) -> ShardNow | None:
-    row = Shard.objects.filter(pk=shard_id).values("version", "created_at").first()
-    return ShardNow(**row) if row else None
-
-
-def at_request(approval: Approval) -> ShardNow:
-    """The shard as the request read it."""
-    return ShardNow(approval.version_at_request, approval.created_at)
 
 
 def unmoved(approval: Approval, now: ShardNow) -> bool:

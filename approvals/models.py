@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from common.prefixes import scopes_q
+from common.prefixes import prefix_q, scopes_q
+from shards.models import Shard
 
 APPROVAL_ID_REGEX = r"^apr_[0-9a-f]{24}$"
 
@@ -40,6 +42,13 @@ def status_label(status: str) -> str:
         return status
 
 
+# The keyset order of every approval list: a total order (ids break ties).
+NEWEST_FIRST = ("-created_at", "-id")
+# What ``with_shard_now`` annotates.
+SHARD_VERSION_NOW = "shard_version_now"
+SHARD_CREATED_NOW = "shard_created_now"
+
+
 class ApprovalQuerySet(models.QuerySet):
     def pending(self, now: datetime | None = None) -> ApprovalQuerySet:
         """Awaiting a decision: pending and not past the deadline (whether or not
@@ -65,8 +74,43 @@ class ApprovalQuerySet(models.QuerySet):
         """Approvals on shards a key scoped to these prefixes may see."""
         return self.filter(scopes_q("shard_id", prefixes)) if prefixes else self
 
+    def on_shards_starting(self, prefix: str) -> ApprovalQuerySet:
+        """On shards whose id starts with ``prefix`` (case-sensitively, as scopes)."""
+        return self.filter(prefix_q("shard_id", prefix)) if prefix else self
+
+    def expiring_by(self, moment: datetime) -> ApprovalQuerySet:
+        return self.filter(expires_at__lte=moment)
+
     def newest_first(self) -> ApprovalQuerySet:
-        return self.order_by("-created_at", "-id")
+        return self.order_by(*NEWEST_FIRST)
+
+    def oldest_first(self) -> ApprovalQuerySet:
+        return self.order_by("created_at", "id")
+
+    def expiring_first(self) -> ApprovalQuerySet:
+        """What expires soonest is what needs a decision first."""
+        return self.order_by("expires_at", "created_at", "id")
+
+    def older_than(self, created_at: datetime, approval_id: str) -> ApprovalQuerySet:
+        """After (``created_at``, ``approval_id``) in ``newest_first`` order: the
+        keyset step of a list. Approvals that arrive meanwhile are newer, so a
+        walk neither sees one twice nor skips one, as an offset would."""
+        return self.filter(
+            models.Q(created_at__lt=created_at)
+            | models.Q(created_at=created_at, id__lt=approval_id)
+        )
+
+    def with_shard_now(self) -> ApprovalQuerySet:
+        """Each approval with its shard's version and creation time as they are
+        now, in the same statement (``selectors.ApprovalNow.of`` reads them;
+        null when the shard is gone)."""
+        shard = Shard.objects.filter(pk=models.OuterRef("shard_id"))
+        return self.annotate(
+            **{
+                SHARD_VERSION_NOW: models.Subquery(shard.values("version")[:1]),
+                SHARD_CREATED_NOW: models.Subquery(shard.values("created_at")[:1]),
+            }
+        )
 
     def with_decisions(self) -> ApprovalQuerySet:
         return self.prefetch_related(decisions_prefetch())
@@ -96,11 +140,19 @@ class ApprovalQuerySet(models.QuerySet):
         return approvals
 
 
+def decisions_named() -> models.QuerySet[ApprovalDecision]:
+    """Decisions with the keys and users behind them (for their names), in order."""
+    return ApprovalDecision.objects.select_related("api_key", "user")
+
+
 def decisions_prefetch() -> models.Prefetch:
     """An approval's decisions with the keys and users behind them, in two queries."""
-    return models.Prefetch(
-        "decisions", queryset=ApprovalDecision.objects.select_related("api_key", "user")
-    )
+    return models.Prefetch("decisions", queryset=decisions_named())
+
+
+def quorum_count(decisions: Iterable[ApprovalDecision]) -> int:
+    """The quorum so far: approvals by distinct principals."""
+    return sum(1 for d in decisions if d.approve and d.counts)
 
 
 class Approval(models.Model):
@@ -151,9 +203,8 @@ class Approval(models.Model):
         return self.expires_at <= (now or timezone.now())
 
     def approvals_counted(self) -> int:
-        """The quorum so far: approvals by distinct principals (over ``decisions.all()``,
-        so a prefetch serves it)."""
-        return sum(1 for d in self.decisions.all() if d.approve and d.counts)
+        """``quorum_count`` over ``decisions.all()``, so a prefetch serves it."""
+        return quorum_count(self.decisions.all())
 
     @property
     def effective_status(self) -> str:
@@ -215,13 +266,6 @@ class ApprovalDecision(models.Model):
         if self.user is not None:
             return self.user.get_username()
         return ""
-
-
-def approval_counts() -> dict[str, int]:
-    """How many approvals are in each (effective) status: GET /api/metrics shows it."""
-    return {
-        status: Approval.objects.with_status(status).count() for status in ApprovalStatus.values
-    }
 
 
 # --- webhooks ---------------------------------------------------------------

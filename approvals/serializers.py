@@ -20,10 +20,18 @@ from common.inputs import (
 from common.openapi import JSON_VALUE
 from shards.serializers import ShardIdField
 
-from .diffs import ApprovalDiff, ShardNow, approval_diff, stored_diff
-from .models import Approval, ApprovalDecision, ApprovalStatus, decisions_prefetch
+from .diffs import ApprovalDiff, approval_diff, stored_diff
+from .models import (
+    Approval,
+    ApprovalDecision,
+    ApprovalStatus,
+    decisions_prefetch,
+    quorum_count,
+)
+from .selectors import CURSOR_REGEX, ApprovalNow, is_cursor
 from .services import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, MIN_TTL_SECONDS
 
+PAGE_MAX = 10**12
 METADATA_MAX_BYTES = 16 * 1024
 METADATA_MAX_DEPTH = 8
 
@@ -89,12 +97,30 @@ class RejectionSerializer(StrictSerializer):
     reason = ReasonField(max_length=4000)
 
 
+class ApprovalCursorField(serializers.RegexField):
+    """A list cursor (``selectors.cursor_of``; ``cursor_parse`` reads it)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(CURSOR_REGEX, trim_whitespace=False, **kwargs)
+        self.error_messages["invalid"] = "Not a cursor: use the `next` of the page before."
+
+    def to_internal_value(self, data: Any) -> str:
+        text = super().to_internal_value(data)
+        if not is_cursor(text):  # the pattern's "$" also passes a final newline
+            self.fail("invalid")
+        return text
+
+
 class ApprovalListQuerySerializer(serializers.Serializer):
     status = ChoiceField(choices=ApprovalStatus.choices, required=False)
     shard_id = StringField(required=False, max_length=128)
     requested_by = StringField(required=False, max_length=128)
-    # page x limit is an SQL OFFSET: it must stay inside 64 bits.
-    page = QueryInt64Field(required=False, min_value=1, max_value=10**12, default=1)
+    after = ApprovalCursorField(
+        required=False, help_text="Continue after this cursor (what `next` sets)."
+    )
+    # Deprecated (views.PAGE_PARAMETER). page x limit is an SQL OFFSET: it must
+    # stay inside 64 bits.
+    page = QueryInt64Field(required=False, min_value=1, max_value=PAGE_MAX)
     limit = QueryInt64Field(required=False, min_value=1, max_value=500)
 
 
@@ -187,20 +213,30 @@ def decision_data(decision: ApprovalDecision) -> dict[str, Any]:
 
 
 def approval_data(
-    approval: Approval, now: ShardNow | None = None, *, sees_values: bool = True
+    read: ApprovalNow,
+    *,
+    sees_values: bool = True,
+    listed: bool = False,
+    decisions: list[ApprovalDecision] | None = None,
 ) -> dict[str, Any]:
-    """``now``: the shard's version now, for the drift flag and a diff against the
-    current value (reused from the request while the shard has not moved).
-    Without it (lists), the stored diff against the value at request time:
-    a list never computes a diff. ``sees_values`` False (``access.auth.sees_values``:
-    a key without ``shard:read``): neither the value at request nor the diff,
-    which is made from the shard's values."""
+    """``read``: the approval beside its shard now, for ``current_version`` and
+    ``stale``, and for a diff against the current value (the stored one while the
+    shard has not moved). ``listed``: the stored diff against the value at
+    request time, always: a list never computes a diff. ``sees_values`` False
+    (``access.auth.sees_values``: a key without ``shard:read``): neither the
+    value at request nor the diff, which is made from the shard's values.
+    ``decisions``: the approval's, when already read (a list reads a page's at
+    once); else they are read from the approval."""
+    approval = read.approval
     if not sees_values:
         diff = ApprovalDiff(None, "not_readable", approval.version_at_request)
+    elif listed:
+        diff = stored_diff(approval)
     else:
-        diff = approval_diff(approval, now) if now else stored_diff(approval)
-    current_version = now.version if now else None
-    prefetch_related_objects([approval], decisions_prefetch())  # a no-op when prefetched
+        diff = approval_diff(approval, read.shard)
+    if decisions is None:
+        prefetch_related_objects([approval], decisions_prefetch())  # a no-op when prefetched
+        decisions = list(approval.decisions.all())
     return {
         "id": approval.id,
         "shard_id": approval.shard_id,
@@ -216,16 +252,15 @@ def approval_data(
         "expected_version": approval.expected_version,
         "value_at_request": approval.value_at_request if sees_values else None,
         "version_at_request": approval.version_at_request,
-        "current_version": current_version,
-        # Drift: the shard moved on while this waited; approving would fail stale.
-        "stale": current_version is not None and current_version != approval.expected_version,
+        "current_version": read.current_version,
+        "stale": read.stale,
         "diff": diff.patch,
         "diff_truncated": diff.patch is None,
         "diff_omitted": diff.omitted or None,
         "diff_version": diff.version,
         "approvals_required": approval.approvals_required,
-        "approvals_counted": approval.approvals_counted(),
-        "decisions": [decision_data(d) for d in approval.decisions.all()],
+        "approvals_counted": quorum_count(decisions),
+        "decisions": [decision_data(d) for d in decisions],
         "created_at": _time(approval.created_at),
         "expires_at": _time(approval.expires_at),
         "decided_at": _time(approval.decided_at),

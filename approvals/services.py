@@ -31,6 +31,7 @@ from shards.writetx import WriteTx
 from . import webhooks
 from .diffs import proposed_value_check, value_diff
 from .models import Approval, ApprovalDecision, ApprovalStatus, WebhookEvent
+from .selectors import approval_get
 
 DEFAULT_TTL_SECONDS = 3600
 MIN_TTL_SECONDS = 10
@@ -104,15 +105,6 @@ def decider_check(approval: Approval, decider: Decider) -> None:
             "(manage.py createapikey --user NAME, or the key's User in the admin).",
             permission="approval:decide by a user",
         )
-
-
-def approval_get(approval_id: str) -> Approval:
-    approval = Approval.objects.filter(pk=approval_id).first()
-    if approval is None:
-        raise ApiError(
-            404, "APPROVAL_NOT_FOUND", f"No approval {approval_id!r}.", approval_id=approval_id
-        )
-    return approval
 
 
 def approval_request(

@@ -1,22 +1,28 @@
-"""Thin views for /api/approvals: parse, call one service, render."""
+"""Thin views for /api/approvals: parse, call one service or selector, render."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 from django.conf import settings
+from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from access.auth import principal, scope_check, sees_values
+from common import pages
 from common.api import ApiView
 from common.inputs import parsed
 from common.openapi import CONFLICT, ErrorEnvelopeSerializer
 
-from . import services
-from .diffs import ShardNow, at_request, shard_now
-from .models import APPROVAL_ID_REGEX, Approval
+from . import selectors, services
+from .models import APPROVAL_ID_REGEX, Approval, ApprovalQuerySet
+from .selectors import ApprovalNow, approval_now, at_request
 from .serializers import (
+    PAGE_MAX,
     ApprovalListQuerySerializer,
     ApprovalPageSerializer,
     ApprovalRequestSerializer,
@@ -38,13 +44,40 @@ REQUEST_IS_NOT_AN_ID = OpenApiResponse(
     "POST /api/approvals/request (`Allow: POST`). Approval ids are `apr_` and 24 hex digits.",
 )
 
-
-def current_of(approval: Approval) -> ShardNow | None:
-    return shard_now(approval.shard_id)
+# The page-number form of GET /api/approvals (``?page=``) is deprecated since
+# this day: its answers say so (RFC 9745) and link the same page in the keyset
+# form. It is taken until a later release removes it.
+PAGE_DEPRECATED_AT = datetime(2026, 12, 2, tzinfo=UTC)
+PAGE_PARAMETER = OpenApiParameter(
+    "page",
+    {"type": "integer", "format": "int64", "minimum": 1, "maximum": PAGE_MAX},
+    OpenApiParameter.QUERY,
+    deprecated=True,
+    description="Deprecated: follow `next` (the keyset form, `after`). A page number "
+    "(limit-sized pages, newest first); ignored beside `after`.",
+)
+DEPRECATION_HEADERS = [
+    OpenApiParameter(
+        "Deprecation",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        response=[200],
+        description="With `page` only: `@<unix time>` (RFC 9745), when the page-number "
+        "form was deprecated.",
+    ),
+    OpenApiParameter(
+        "Link",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        response=[200],
+        description='With `page` only: `<URL>; rel="successor-version"`, the same page '
+        "in the keyset form.",
+    ),
+]
 
 
 def visible_approval(request: Request, approval_id: str) -> Approval:
-    approval = services.approval_get(approval_id)
+    approval = selectors.approval_get(approval_id)
     scope_check(principal(request).key, [approval.shard_id])
     return approval
 
@@ -60,38 +93,68 @@ class ApprovalRequestView(ApiView):
         approval = services.approval_request(actor=who.actor, key_name=who.key.name, **data)
         # The shard as the request saw it: the answer is built from what was
         # stored and computes nothing that could fail after the store.
-        return Response(
-            approval_data(approval, at_request(approval), sees_values=sees_values(who.key)),
-            status=201,
-        )
+        read = ApprovalNow(approval, at_request(approval))
+        return Response(approval_data(read, sees_values=sees_values(who.key)), status=201)
 
 
 class ApprovalListView(ApiView):
     required_permissions = {"GET": READ}
 
-    @extend_schema(parameters=[ApprovalListQuerySerializer], responses=ApprovalPageSerializer)
-    def get(self, request: Request) -> Response:
+    @extend_schema(
+        parameters=[ApprovalListQuerySerializer, PAGE_PARAMETER, *DEPRECATION_HEADERS],
+        responses=OpenApiResponse(
+            ApprovalPageSerializer,
+            description="Newest first. A page ends at `limit` approvals or earlier, when its "
+            "JSON would pass ZEROLOCK_LIST_MAX_BYTES; `next` continues it (null at the end).",
+        ),
+    )
+    def get(self, request: Request) -> HttpResponse:
         query = parsed(ApprovalListQuerySerializer, request.query_params.dict())
         limit = query.get("limit") or settings.ZEROLOCK_PAGE_SIZE
-        start = (query["page"] - 1) * limit
-        approvals = (
-            Approval.objects.matching(
-                status=query.get("status", ""),
-                shard_id=query.get("shard_id", ""),
-                requested_by=query.get("requested_by", ""),
-            )
-            .within_scopes(principal(request).key.shard_prefixes)
-            .newest_first()
-            .with_decisions()
+        approvals = selectors.approvals_listed(
+            status=query.get("status", ""),
+            shard_id=query.get("shard_id", ""),
+            requested_by=query.get("requested_by", ""),
+            scopes=principal(request).key.shard_prefixes,
         )
-        page = list(approvals[start : start + limit + 1])
+        number = query.get("page") if "after" not in query else None
+        if "after" in query:
+            approvals = approvals.older_than(*selectors.cursor_parse(query["after"]))
+        start = (number - 1) * limit if number else 0
+        found, rows = selectors.listed(approvals, start=start, count=limit + 1)
+        page = pages.page_collect(rows, _listed, limit=limit)
         next_url = None
-        if len(page) > limit:
-            page = page[:limit]
-            params = request.query_params.copy()
-            params["page"] = str(query["page"] + 1)
-            next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
-        return Response({"results": [approval_data(a) for a in page], "next": next_url})
+        # More were found than the page holds (a row deleted since is not the end).
+        if page.last is not None and (page.more or found > len(page.parts)):
+            last = page.last.read.approval
+            cursor = selectors.cursor_of(last.created_at, last.id)
+            next_url = pages.next_url(request, "after", cursor, drop=("page",))
+        response = pages.json_response(
+            b'{"results":' + page.json_list() + b',"next":' + pages.encode(next_url) + b"}"
+        )
+        if number is not None:
+            _deprecated_page(request, response, approvals, start)
+        return response
+
+
+def _listed(row: selectors.Listed) -> dict[str, Any]:
+    return approval_data(row.read, listed=True, decisions=row.decisions)
+
+
+def _deprecated_page(
+    request: Request, response: HttpResponse, approvals: ApprovalQuerySet, start: int
+) -> None:
+    """Marks an answer to ``?page=`` deprecated and links its successor: the same
+    page in the keyset form, which starts after the approval before it."""
+    before = None
+    if start:
+        cursors = approvals.values_list("created_at", "id")
+        # Past the end, the page is empty, as it is after the last approval.
+        before = cursors[start - 1 : start].first() or cursors.last()
+    keyset = {"after": selectors.cursor_of(*before)} if before else {}
+    successor = pages.url_with(request, drop=("page", "after"), **keyset)
+    response["Deprecation"] = f"@{int(PAGE_DEPRECATED_AT.timestamp())}"
+    response["Link"] = f'<{successor}>; rel="successor-version"'
 
 
 class ApprovalDetailView(ApiView):
@@ -103,7 +166,7 @@ class ApprovalDetailView(ApiView):
     )
     def get(self, request: Request, approval_id: str) -> Response:
         approval = visible_approval(request, approval_id)
-        return Response(approval_data(approval, current_of(approval)))
+        return Response(approval_data(approval_now(approval)))
 
 
 class ApprovalDecideView(ApiView):
@@ -127,7 +190,7 @@ class ApprovalDecideView(ApiView):
             reason=data["reason"],
         )
         shown = sees_values(principal(request).key)
-        return Response(approval_data(approval, current_of(approval), sees_values=shown))
+        return Response(approval_data(approval_now(approval), sees_values=shown))
 
 
 class ApprovalRejectView(ApprovalDecideView):

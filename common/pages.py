@@ -66,10 +66,20 @@ def json_response(body: bytes, status: int = 200) -> HttpResponse:
     return HttpResponse(body, status=status, content_type="application/json")
 
 
-def next_url(request: Request, param: str, value: Any) -> str:
+def url_with(request: Request, *, drop: tuple[str, ...] = (), **values: Any) -> str:
+    """This request's absolute URL with the query parameters in ``drop`` left
+    out and those in ``values`` set."""
     params = request.query_params.copy()
-    params[param] = str(value)
-    return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+    for name in drop:
+        params.pop(name, None)
+    for name, value in values.items():
+        params[name] = str(value)
+    query = params.urlencode()
+    return request.build_absolute_uri(f"{request.path}?{query}" if query else request.path)
+
+
+def next_url(request: Request, param: str, value: Any, *, drop: tuple[str, ...] = ()) -> str:
+    return url_with(request, drop=drop, **{param: value})
 
 
 def list_response(request: Request, page: Page, param: str, value: Any) -> HttpResponse:

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET
 
 from access.auth import can_watch
 from approvals.diffview import line_diff, pretty
-from approvals.models import Approval, ApprovalStatus
+from approvals.selectors import approval_counts, pending_on_shard
 from audit.models import AuditAction, AuditEntry
 from metrics import record
 from metrics.models import CommitSample
@@ -107,7 +107,7 @@ def _shard_context(request: HttpRequest, shard_id: str) -> dict | None:
         "history": page,
         "conflicts": conflicts,
         "subscribers": record.shard_subscribers(shard.id),
-        "pending": Approval.objects.pending().filter(shard_id=shard.id).newest_first(),
+        "pending": pending_on_shard(shard.id),
         "versions": sorted(
             history.exclude(version_after=None).values_list("version_after", flat=True)[
                 :HISTORY_LIMIT
@@ -184,12 +184,11 @@ def _minute(series: list[dict]) -> dict:
 @require_GET
 def metrics_data(request: HttpRequest) -> JsonResponse:
     _watcher(request)
-    statuses = {s: Approval.objects.with_status(s).count() for s in ApprovalStatus.values}
     series = record.per_second(WINDOW_SECONDS)
     return JsonResponse(
         {
             "series": series,
-            "approvals": statuses,
+            "approvals": approval_counts(),
             "ws": record.ws_metrics(),
             "last_minute": record.window(WINDOW_SECONDS),
             "tiles": _minute(series),

@@ -284,6 +284,8 @@ class ZeroLockClient:
     async def list_approvals(
         self, *, status: str = "", shard_id: str = "", requested_by: str = ""
     ) -> list[Approval]:
+        """Every approval that matches, newest first, through the keyset pages
+        (``next``): each once, even while new ones are requested."""
         wanted = {"status": status, "shard_id": shard_id, "requested_by": requested_by}
         params: dict[str, str] | None = {k: v for k, v in wanted.items() if v}
         approvals, path = [], "/api/approvals"

@@ -102,6 +102,22 @@ def test_the_queue_lists_pending_requests_newest_first_and_flags_drift(risk_offi
     assert html.count('class="badge warn"') == 2
 
 
+def test_the_queue_filters_by_shard_prefix_as_key_scopes_do_with_case_counting(risk_officer):
+    asked = {}
+    for shard_id in ("treasury-us", "Treasury-eu"):
+        shard_create(actor=Actor("treasurer"), shard_id=shard_id, shard_type="decision")
+        asked[shard_id] = approval_request(
+            actor=Actor("executor"),
+            shard_id=shard_id,
+            proposed_value=1,
+            expected_version=1,
+            description=f"Change {shard_id}",
+        ).id
+    html = signed_in(risk_officer).get("/console/queue/rows?shard=treasury").content.decode()
+    assert asked["treasury-us"] in html
+    assert asked["Treasury-eu"] not in html
+
+
 def test_the_detail_page_shows_the_diff_and_the_three_values_after_drift(risk_officer, payment):
     Shard.objects.filter(pk="treasury").update(value={"balance": 900, "note": "fee"}, version=2)
     html = signed_in(risk_officer).get(f"/console/approvals/{payment.id}").content.decode()
