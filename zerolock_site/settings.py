@@ -499,16 +499,25 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
 
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").upper()
+# Beat's "Scheduler: Sending due task" every tick, and the worker's "Task ...
+# received" and "... succeeded" for every task: an idle `make run` printed 270
+# of these a minute, and the first-run credentials scrolled out of sight. They
+# show at LOG_LEVEL=DEBUG; warnings and errors (a task that failed) always do.
+_ROUTINE_TASK_LEVEL = "DEBUG" if LOG_LEVEL == "DEBUG" else "WARNING"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         # Daphne logs every request at INFO; that drowns everything under load.
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
+        "celery.beat": {"level": _ROUTINE_TASK_LEVEL},
+        "celery.worker.strategy": {"level": _ROUTINE_TASK_LEVEL},
+        "celery.app.trace": {"level": _ROUTINE_TASK_LEVEL},
     },
 }
