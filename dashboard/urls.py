@@ -1,10 +1,13 @@
+from collections.abc import Callable
+
+from django.http import HttpResponseBase
 from django.urls import path
 from django.views.generic import RedirectView
 
 from . import views
 
 
-def _to(name: str) -> RedirectView:
+def _to(name: str) -> Callable[..., HttpResponseBase]:
     """A temporary redirect to a named page, keeping the query string."""
     return RedirectView.as_view(pattern_name=name, permanent=False, query_string=True)
 
