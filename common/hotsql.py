@@ -56,7 +56,8 @@ def _select(
     converters = []
     for f in fields:
         col = f.get_col(model._meta.db_table)
-        convs = connection.ops.get_db_converters(col) + f.get_db_converters(connection)
+        # Django 5.2 has Field.get_db_converters; django-stubs 5.2 leaves it out.
+        convs = connection.ops.get_db_converters(col) + f.get_db_converters(connection)  # type: ignore[attr-defined]
         converters.append((f.attname, col, convs))
     return sql, converters
 

@@ -113,6 +113,8 @@ def server_env() -> dict[str, str]:
         url = urlsplit(os.environ["DATABASE_URL"])
         env["DATABASE_URL"] = urlunsplit(url._replace(path="/" + db["NAME"]))
     env["SECRET_KEY"] = settings.SECRET_KEY
+    # The test run's data directory (its broker, first-run.txt), never make run's.
+    env["ZEROLOCK_DATA_DIR"] = str(settings.DATA_DIR)
     # Swarm tests send thousands of requests from one address with one key.
     env["ZEROLOCK_RATE_LIMIT_PER_MINUTE"] = env["ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE"] = "100000000"
     env["ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE"] = "100000000"

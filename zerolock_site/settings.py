@@ -35,7 +35,24 @@ def env_float(name: str, default: float) -> float:
 
 
 # Everything ZeroLock writes at runtime (SQLite file, broker folders, secret key).
-DATA_DIR = Path(os.environ.get("ZEROLOCK_DATA_DIR", BASE_DIR / "var")).resolve()
+# `make run` keeps it in ./var. The tests never share it (docs/decisions.md): they
+# overwrote its first-run.txt with credentials that work nowhere, and the dev
+# server's worker took their webhook tasks from the shared broker file. Under
+# pytest the default is ./var/test and ./var itself is refused. pytest sets
+# PYTEST_VERSION for its session, so the servers and workers a test starts
+# inherit the same rule.
+RUN_DATA_DIR = (BASE_DIR / "var").resolve()
+TEST_DATA_DIR = RUN_DATA_DIR / "test"
+_UNDER_PYTEST = "PYTEST_VERSION" in os.environ
+DATA_DIR = Path(
+    os.environ.get("ZEROLOCK_DATA_DIR") or (TEST_DATA_DIR if _UNDER_PYTEST else RUN_DATA_DIR)
+).resolve()
+if _UNDER_PYTEST and DATA_DIR == RUN_DATA_DIR:
+    raise ImproperlyConfigured(
+        f"ZEROLOCK_DATA_DIR={DATA_DIR} is the data directory of `make run`; tests would "
+        "overwrite its first-run.txt, secret key and broker. Unset ZEROLOCK_DATA_DIR "
+        f"(tests then use {TEST_DATA_DIR}) or point it elsewhere."
+    )
 DATA_DIR.mkdir(parents=True, exist_ok=True)
 
 
@@ -493,17 +510,26 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
 
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").upper()
+# Beat's "Scheduler: Sending due task" every tick, and the worker's "Task ...
+# received" and "... succeeded" for every task: an idle `make run` printed 270
+# of these a minute, and the first-run credentials scrolled out of sight. They
+# show at LOG_LEVEL=DEBUG; warnings and errors (a task that failed) always do.
+_ROUTINE_TASK_LEVEL = "DEBUG" if LOG_LEVEL == "DEBUG" else "WARNING"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         # Daphne (ZEROLOCK_SERVER=daphne) logs every request at INFO; that drowns
         # everything under load.
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
+        "celery.beat": {"level": _ROUTINE_TASK_LEVEL},
+        "celery.worker.strategy": {"level": _ROUTINE_TASK_LEVEL},
+        "celery.app.trace": {"level": _ROUTINE_TASK_LEVEL},
     },
 }

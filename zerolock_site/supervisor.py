@@ -141,7 +141,9 @@ def children(environ: dict[str, str]) -> list[Child]:
             [
                 *celery,
                 "worker",
-                "--loglevel=INFO",
+                # The worker's own level, as settings.LOGGING's root has it (Celery
+                # sets its root logger from this flag, not from LOGGING).
+                f"--loglevel={environ.get('LOG_LEVEL', 'INFO')}",
                 "--pool=solo",
                 "--beat-thread",
                 "--without-gossip",

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Group, User
 
 from access.auth import Actor
@@ -26,7 +27,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 PASSWORD = "correct horse battery"
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
+SCREENSHOTS = Path(settings.DATA_DIR) / "screenshots"  # the test run's, not make run's var/
 
 
 def officer(name: str) -> User:
