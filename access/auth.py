@@ -4,7 +4,6 @@ views, the WebSockets, the SSE watch and the services alike."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -16,13 +15,12 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from common.errors import ApiError
+from common.ids import is_agent_id
 
 from .keys import key_from_raw, prefix_of
 from .models import ApiKey
 from .ratelimit import RateState, rate_limit_hit
 from .services import audit_auth_failure
-
-AGENT_ID_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
 
 
 @dataclass(frozen=True)
@@ -145,7 +143,7 @@ def agent_check(key: ApiKey, agent_id: str) -> str:
     An empty id passes (reads need none; writes check ``agent_required``)."""
     if not agent_id:
         return agent_id
-    if not AGENT_ID_RE.match(agent_id):
+    if not is_agent_id(agent_id):
         raise ApiError(400, "VALIDATION_ERROR", "Agent id: 1-128 chars of [A-Za-z0-9_.:@-].")
     if not key.allows_agent(agent_id):
         raise ApiError(403, "AGENT_NOT_ALLOWED", f"This key may not act as agent {agent_id!r}.")

@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from common.boundeddiff import json_too_deep
+from common.ids import ShardIdField
 from common.inputs import (
     ChoiceField,
     Int64Field,
@@ -18,7 +19,6 @@ from common.inputs import (
     StringField,
 )
 from common.openapi import JSON_VALUE
-from shards.serializers import ShardIdField
 
 from .diffs import ApprovalDiff, approval_diff, stored_diff
 from .models import (

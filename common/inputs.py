@@ -9,7 +9,7 @@
   database driver, and a UnicodeEncodeError on write.
 - Every field of a request body takes its own JSON type and nothing else
   (``JsonTyped``: ``Int64Field``, ``StringField``, ``BooleanField``,
-  ``ChoiceField``, and ``ShardIdField`` in shards): DRF's own fields coerce, so
+  ``ChoiceField``, and the id fields of ``common.ids``): DRF's own fields coerce, so
   ``{"id": 0}`` became shard ``"0"``, ``"60"`` and ``1000.0`` were a
   ``ttl_seconds`` and ``"false"`` a boolean. Strings are taken as sent (not
   trimmed). Hand-parsed bodies (transactions, leases, additive operations) ask

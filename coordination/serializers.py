@@ -9,6 +9,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
+from common.ids import SHARD_ID_REGEX
 from common.inputs import INT64_MAX, INT64_MIN, Int64Field, StrictSerializer, StringField
 from common.openapi import (
     JSON_NUMBER,
@@ -17,7 +18,6 @@ from common.openapi import (
     NON_EMPTY_NO_NUL,
     body_rules_register,
 )
-from shards.models import SHARD_ID_REGEX
 
 from .claims import HOLDER
 from .leases import MAX_TTL, MIN_TTL

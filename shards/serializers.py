@@ -9,35 +9,17 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
 from audit.models import AuditEntry
+from common.ids import SHARD_ID_REGEX, AgentIdField, ShardIdField
 from common.inputs import (
     BooleanField,
     ChoiceField,
     Int64Field,
-    JsonTyped,
     QueryInt64Field,
     StringField,
     iso_time,
 )
 from common.openapi import JSON_VALUE, NO_NUL, body_rules_register
-from shards.models import SHARD_ID_REGEX, CrdtType, OwnerPolicy, Shard, ShardType, is_shard_id
-
-_ID_HELP = '1-128 chars of [A-Za-z0-9_.:-], not "." or ".."'
-
-
-class ShardIdField(JsonTyped, serializers.RegexField):
-    json_type = "string"
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(SHARD_ID_REGEX, help_text=_ID_HELP, **kwargs)
-        self.error_messages["invalid"] = f"Shard ids are {_ID_HELP}."
-
-    def to_internal_value(self, data: Any) -> str:
-        value = super().to_internal_value(data)
-        # The pattern documents the rule (OpenAPI); is_shard_id is the rule itself.
-        if not is_shard_id(value):
-            self.fail("invalid")
-        return value
-
+from shards.models import CrdtType, OwnerPolicy, Shard, ShardType
 
 # A shard id in a path: what the server takes (a "/" would route elsewhere).
 SHARD_ID_PARAMETER = OpenApiParameter(
@@ -68,7 +50,8 @@ class ShardCreateSerializer(serializers.Serializer):
     owner_policy = ChoiceField(
         choices=OwnerPolicy.choices, required=False, default=OwnerPolicy.SINGLE_WRITER
     )
-    owners = serializers.ListField(child=ShardIdField(), required=False, default=list)
+    # Owners are agents, who may be named with "@" (a shard id may not).
+    owners = serializers.ListField(child=AgentIdField(), required=False, default=list)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["owner_policy"] == OwnerPolicy.OWNERS_ONLY and not attrs["owners"]:
