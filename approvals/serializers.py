@@ -17,6 +17,7 @@ from common.inputs import (
     QueryInt64Field,
     StrictSerializer,
     StringField,
+    iso_time,
 )
 from common.openapi import JSON_VALUE
 
@@ -195,16 +196,12 @@ class ApprovalPageSerializer(serializers.Serializer):
     next = serializers.CharField(allow_null=True)
 
 
-def _time(value: Any) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None
-
-
 def decision_data(decision: ApprovalDecision) -> dict[str, Any]:
     return {
         "decider": decision.decider,
         "approve": decision.approve,
         "reason": decision.reason,
-        "created_at": _time(decision.created_at),
+        "created_at": iso_time(decision.created_at),
         "principal": decision.principal,
         "principal_name": decision.principal_name,
         "agent_id": decision.agent_id,
@@ -261,9 +258,9 @@ def approval_data(
         "approvals_required": approval.approvals_required,
         "approvals_counted": quorum_count(decisions),
         "decisions": [decision_data(d) for d in decisions],
-        "created_at": _time(approval.created_at),
-        "expires_at": _time(approval.expires_at),
-        "decided_at": _time(approval.decided_at),
+        "created_at": iso_time(approval.created_at),
+        "expires_at": iso_time(approval.expires_at),
+        "decided_at": iso_time(approval.decided_at),
         "decided_by": approval.decided_by,
         "reason": approval.reason,
         "commit": approval.commit,

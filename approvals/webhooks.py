@@ -33,6 +33,8 @@ from celery import current_app
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from common.inputs import iso_time
+
 from .models import (
     Approval,
     ApprovalStatus,
@@ -66,17 +68,13 @@ def timeout_seconds() -> float:
     return _env_float("ZEROLOCK_WEBHOOK_TIMEOUT_SECONDS", 5.0)
 
 
-def _time(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None
-
-
 def event_payload(event: str, approval: Approval) -> dict[str, Any]:
     """What a receiver needs to act: who asked for what, and what became of it.
     Not the values themselves (they may be large or sensitive): the console
     link and the API have them."""
     return {
         "type": event,
-        "timestamp": _time(timezone.now()),
+        "timestamp": iso_time(timezone.now()),
         "data": {
             "approval_id": approval.id,
             "shard_id": approval.shard_id,
@@ -86,9 +84,9 @@ def event_payload(event: str, approval: Approval) -> dict[str, Any]:
             "requested_by": approval.requested_by,
             "requested_key_name": approval.requested_key_name,
             "approvals_required": approval.approvals_required,
-            "created_at": _time(approval.created_at),
-            "expires_at": _time(approval.expires_at),
-            "decided_at": _time(approval.decided_at),
+            "created_at": iso_time(approval.created_at),
+            "expires_at": iso_time(approval.expires_at),
+            "decided_at": iso_time(approval.decided_at),
             "decided_by": approval.decided_by,
             "reason": approval.reason,
             "commit": approval.commit,

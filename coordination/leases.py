@@ -24,7 +24,7 @@ from access.auth import Actor
 from audit.chain import AuditWriter
 from audit.models import AuditAction
 from common.errors import ApiError
-from common.inputs import is_json_integer
+from common.inputs import is_json_integer, iso_time
 from common.jsonpaths import path_delete
 from shards.models import Shard, ShardType
 from shards.rules import Exemption, WriteRules
@@ -40,7 +40,7 @@ def lease_data(lease: Lease) -> dict[str, Any]:
     return {
         "lease_id": lease.id,
         "ttl_seconds": lease.ttl_seconds,
-        "expires_at": lease.expires_at.isoformat().replace("+00:00", "Z"),
+        "expires_at": iso_time(lease.expires_at),
         "fence": lease.fence,
         "holder": lease.holder,
     }
