@@ -20,6 +20,18 @@ from common.inputs import (
 )
 from common.openapi import JSON_VALUE, NO_NUL, body_rules_register
 from shards.models import CrdtType, OwnerPolicy, Shard, ShardType
+from shards.rules import FENCE_MAX, FENCE_MIN
+
+
+class FenceField(Int64Field):
+    """An optional lease fence in a serializer body: ``shards.rules.fence_parse``'s
+    rule (a positive 64-bit integer), with DRF's error shape."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_null", True)
+        super().__init__(min_value=FENCE_MIN, max_value=FENCE_MAX, **kwargs)
+
 
 # A shard id in a path: what the server takes (a "/" would route elsewhere).
 SHARD_ID_PARAMETER = OpenApiParameter(
@@ -112,7 +124,7 @@ class CommitSerializer(serializers.Serializer):
         "inside the key's scopes), with the version read.",
     )
     approval_id = StringField(required=False, allow_null=True, max_length=64)
-    fence = Int64Field(required=False, allow_null=True, min_value=1)
+    fence = FenceField()
 
     def validate_read_set(self, value: dict[str, int]) -> dict[str, int]:
         field = ShardIdField()
