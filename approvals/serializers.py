@@ -220,7 +220,7 @@ def approval_data(
     ``stale``, and for a diff against the current value (the stored one while the
     shard has not moved). ``listed``: the stored diff against the value at
     request time, always: a list never computes a diff. ``sees_values`` False
-    (``access.auth.sees_values``: a key without ``shard:read``): neither the
+    (``access.identity.sees_values``: a key without ``shard:read``): neither the
     value at request nor the diff, which is made from the shard's values.
     ``decisions``: the approval's, when already read (a list reads a page's at
     once); else they are read from the approval."""

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 
-from access.auth import Actor
+from access.identity import Actor
 from access.models import ApiKey
 from audit.chain import AuditWriter, audited_transaction, value_digest
 from audit.models import AuditAction

@@ -20,7 +20,7 @@ from typing import Any
 from django.db.models import Min
 from django.utils import timezone
 
-from access.auth import Actor
+from access.identity import Actor
 from audit.chain import AuditWriter
 from audit.models import AuditAction
 from common.errors import ApiError

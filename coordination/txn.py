@@ -11,7 +11,8 @@ from typing import Any
 
 from django.conf import settings
 
-from access.auth import Actor, permission_check, scope_check
+from access.auth import permission_check, scope_check
+from access.identity import Actor
 from common.errors import ApiError
 from common.ids import is_shard_id
 from common.inputs import is_json_integer

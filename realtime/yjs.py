@@ -37,8 +37,9 @@ from pycrdt import (
 )
 from pycrdt.websocket.django_channels_consumer import YjsConsumer, _WebsocketShim
 
-from access.auth import Actor, agent_check, agent_required, permission_check, scope_check
+from access.auth import agent_check, agent_required, permission_check, scope_check
 from access.handshakes import handshake_key
+from access.identity import Actor
 from access.models import ApiKey
 from common.errors import ApiError
 from realtime import push

@@ -30,7 +30,7 @@ from schemathesis.core import NOT_SET
 from schemathesis.core.jsonschema import make_validator
 from schemathesis.engine import events, from_schema
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from common.ids import is_shard_id
 from coordination.serializers import MAX_FIELD_NAME
