@@ -22,7 +22,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import secrets
 import time
 from datetime import datetime, timedelta
@@ -30,6 +29,7 @@ from typing import Any
 
 import httpx
 from celery import current_app
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -49,23 +49,16 @@ from .models import (
 logger = logging.getLogger(__name__)
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
 def retry_base_seconds() -> float:
-    return _env_float("ZEROLOCK_WEBHOOK_RETRY_BASE_SECONDS", 10.0)
+    return settings.ZEROLOCK_WEBHOOK_RETRY_BASE_SECONDS
 
 
 def max_attempts() -> int:
-    return int(_env_float("ZEROLOCK_WEBHOOK_MAX_ATTEMPTS", 6))
+    return settings.ZEROLOCK_WEBHOOK_MAX_ATTEMPTS
 
 
 def timeout_seconds() -> float:
-    return _env_float("ZEROLOCK_WEBHOOK_TIMEOUT_SECONDS", 5.0)
+    return settings.ZEROLOCK_WEBHOOK_TIMEOUT_SECONDS
 
 
 def event_payload(event: str, approval: Approval) -> dict[str, Any]:
