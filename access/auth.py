@@ -46,6 +46,20 @@ def key_resolve(raw: str) -> ApiKey | ApiError:
         return refusal
 
 
+def key_invalid_error() -> ApiError:
+    """What an open socket or stream is told when its key stopped being usable."""
+    return ApiError(401, "KEY_REVOKED", "This API key has been revoked or has expired.")
+
+
+def key_current(prefix: str) -> ApiKey:
+    """The key an open socket was authenticated with, as it is now: usable
+    (``ApiKey.objects.usable``: not revoked, not expired), or ``key_invalid_error``."""
+    key = ApiKey.objects.usable().filter(prefix=prefix).first()
+    if key is None:
+        raise key_invalid_error()
+    return key
+
+
 def authentication_refused(refusal: ApiError, *, raw: str, path: str = "") -> ApiError:
     """The one record of a failed authentication (written behind, in batches)."""
     audit_auth_failure(reason=refusal.code, key_prefix=prefix_of(raw), path=path)
