@@ -91,7 +91,10 @@ INSTALLED_APPS = [
     "django_htmx",
     "axes",
     # ZeroLock's apps, lowest layer first (the import contract in pyproject.toml
-    # keeps each one from importing those listed after it).
+    # keeps each one from importing those listed after it; supervision, which
+    # needs only common, stays last: its ready() only connects Celery signals).
+    # common is here for the database layer's care (common.apps: the WAL kept open).
+    "common",
     "metrics",
     "audit",
     "access",
