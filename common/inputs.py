@@ -165,6 +165,12 @@ def _strings_check(data: Any) -> None:
             stack.extend(item)
 
 
+# What json_body_loads raises for bytes that are not JSON (DRF's ParseError, a
+# 400 MALFORMED_JSON on a request), by a name of this module: callers outside
+# the HTTP layer (Yjs updates) catch it without importing DRF.
+NotJson = ParseError
+
+
 def json_body_loads(raw: bytes | str) -> Any:
     """Parses a JSON request body under the rules above (400 ApiError or
     ParseError for anything else that is not JSON)."""
