@@ -4,9 +4,7 @@ views, the WebSockets, the SSE watch and the services alike."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -16,47 +14,17 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from common.errors import ApiError
+from common.ids import is_agent_id
 
+# Who acts lives in access.identity (free of DRF); the names stay importable from
+# here, where requests are authenticated into them.
+from .identity import Actor as Actor
+from .identity import Principal as Principal
+from .identity import sees_values as sees_values
 from .keys import key_from_raw, prefix_of
 from .models import ApiKey
 from .ratelimit import RateState, rate_limit_hit
 from .services import audit_auth_failure
-
-AGENT_ID_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who a write is recorded as: the agent id, and the key that vouched for it.
-    ``sees_values``: whether a refusal may show it the shard's values (a 409's
-    ``current_value``, ``conflict_notify``): only a key that may read them."""
-
-    agent_id: str
-    key_prefix: str = ""
-    sees_values: bool = True
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is acting: the key, and the agent id it acts as (may be empty on reads)."""
-
-    key: ApiKey
-    agent_id: str
-
-    @property
-    def is_authenticated(self) -> bool:
-        return True
-
-    @property
-    def actor(self) -> Actor:
-        return Actor(
-            agent_id=self.agent_id, key_prefix=self.key.prefix, sees_values=sees_values(self.key)
-        )
-
-    @property
-    def reader(self) -> str:
-        """Who a read is recorded as: the agent, or else the key."""
-        return self.agent_id or f"key:{self.key.prefix}"
 
 
 def principal(request: Request) -> Principal:
@@ -76,6 +44,20 @@ def key_resolve(raw: str) -> ApiKey | ApiError:
         return key_from_raw(raw)
     except ApiError as refusal:
         return refusal
+
+
+def key_invalid_error() -> ApiError:
+    """What an open socket or stream is told when its key stopped being usable."""
+    return ApiError(401, "KEY_REVOKED", "This API key has been revoked or has expired.")
+
+
+def key_current(prefix: str) -> ApiKey:
+    """The key an open socket was authenticated with, as it is now: usable
+    (``ApiKey.objects.usable``: not revoked, not expired), or ``key_invalid_error``."""
+    key = ApiKey.objects.usable().filter(prefix=prefix).first()
+    if key is None:
+        raise key_invalid_error()
+    return key
 
 
 def authentication_refused(refusal: ApiError, *, raw: str, path: str = "") -> ApiError:
@@ -145,7 +127,7 @@ def agent_check(key: ApiKey, agent_id: str) -> str:
     An empty id passes (reads need none; writes check ``agent_required``)."""
     if not agent_id:
         return agent_id
-    if not AGENT_ID_RE.match(agent_id):
+    if not is_agent_id(agent_id):
         raise ApiError(400, "VALIDATION_ERROR", "Agent id: 1-128 chars of [A-Za-z0-9_.:@-].")
     if not key.allows_agent(agent_id):
         raise ApiError(403, "AGENT_NOT_ALLOWED", f"This key may not act as agent {agent_id!r}.")
@@ -183,14 +165,6 @@ def scope_check(key: ApiKey, shard_ids: Iterable[str]) -> None:
             permission="shard scope",
             shard_ids=outside,
         )
-
-
-def sees_values(key: ApiKey) -> bool:
-    """The one rule for what answers other than reads may show: a shard's values
-    (a 409's ``current_value``, an approval's ``value_at_request`` and diff, a
-    ``conflict_notify``) only to a key with ``shard:read``. ``shard:write`` or
-    ``approval:request`` alone must not be a way to read."""
-    return key.has_permission("shard:read")
 
 
 def reads_check(key: ApiKey, *, agent_id: str = "", shard_ids: Iterable[str] = ()) -> None:

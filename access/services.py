@@ -10,6 +10,7 @@ from audit.chain import audited_transaction
 from audit.models import AuditAction
 from audit.rejections import rejections, storable_text
 from common.errors import ApiError
+from common.inputs import iso_time
 
 from .keys import generate_raw_key, key_cache
 from .models import ApiKey, ApiKeyPermission
@@ -35,7 +36,7 @@ KEY_AUDITED_FIELDS = (
 
 def _key_state(key: ApiKey) -> dict[str, Any]:
     state = {field: getattr(key, field) for field in KEY_AUDITED_FIELDS}
-    state["expires_at"] = key.expires_at.isoformat() if key.expires_at else None
+    state["expires_at"] = iso_time(key.expires_at)
     return state
 
 
@@ -130,7 +131,7 @@ def audit_login_locked_out(
                 "address": storable_text(address, 64),
                 "path": storable_text(path, 256),
                 "failures": failures,
-                "until": until.isoformat() if until else None,
+                "until": iso_time(until),
             },
         }
     )

@@ -10,15 +10,16 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from common.boundeddiff import json_too_deep
+from common.ids import ShardIdField
 from common.inputs import (
     ChoiceField,
     Int64Field,
     QueryInt64Field,
     StrictSerializer,
     StringField,
+    iso_time,
 )
 from common.openapi import JSON_VALUE
-from shards.serializers import ShardIdField
 
 from .diffs import ApprovalDiff, approval_diff, stored_diff
 from .models import (
@@ -195,16 +196,12 @@ class ApprovalPageSerializer(serializers.Serializer):
     next = serializers.CharField(allow_null=True)
 
 
-def _time(value: Any) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None
-
-
 def decision_data(decision: ApprovalDecision) -> dict[str, Any]:
     return {
         "decider": decision.decider,
         "approve": decision.approve,
         "reason": decision.reason,
-        "created_at": _time(decision.created_at),
+        "created_at": iso_time(decision.created_at),
         "principal": decision.principal,
         "principal_name": decision.principal_name,
         "agent_id": decision.agent_id,
@@ -223,7 +220,7 @@ def approval_data(
     ``stale``, and for a diff against the current value (the stored one while the
     shard has not moved). ``listed``: the stored diff against the value at
     request time, always: a list never computes a diff. ``sees_values`` False
-    (``access.auth.sees_values``: a key without ``shard:read``): neither the
+    (``access.identity.sees_values``: a key without ``shard:read``): neither the
     value at request nor the diff, which is made from the shard's values.
     ``decisions``: the approval's, when already read (a list reads a page's at
     once); else they are read from the approval."""
@@ -261,9 +258,9 @@ def approval_data(
         "approvals_required": approval.approvals_required,
         "approvals_counted": quorum_count(decisions),
         "decisions": [decision_data(d) for d in decisions],
-        "created_at": _time(approval.created_at),
-        "expires_at": _time(approval.expires_at),
-        "decided_at": _time(approval.decided_at),
+        "created_at": iso_time(approval.created_at),
+        "expires_at": iso_time(approval.expires_at),
+        "decided_at": iso_time(approval.decided_at),
         "decided_by": approval.decided_by,
         "reason": approval.reason,
         "commit": approval.commit,

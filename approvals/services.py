@@ -15,12 +15,13 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 
-from access.auth import Actor
+from access.identity import Actor
 from access.models import ApiKey
 from audit.chain import AuditWriter, audited_transaction, value_digest
 from audit.models import AuditAction
 from common.errors import ApiError
 from common.events import send_event_on_commit
+from common.inputs import iso_time
 from shards.models import Shard, ShardType
 from shards.rules import Exemption, WriteRules, owner_check
 from shards.selectors import shard_get
@@ -207,8 +208,8 @@ def approval_decide(
         raise ApiError(
             409,
             "APPROVAL_EXPIRED",
-            f"Approval {approval_id} expired at {approval.expires_at.isoformat()}.",
-            expires_at=approval.expires_at.isoformat(),
+            f"Approval {approval_id} expired at {iso_time(approval.expires_at)}.",
+            expires_at=iso_time(approval.expires_at),
         )
     return approval
 
@@ -342,7 +343,7 @@ def approval_expire(*, audit: AuditWriter, approval: Approval, by: str = "") -> 
         shard_id=approval.shard_id,
         details={
             "approval_id": approval.id,
-            "expires_at": approval.expires_at.isoformat(),
+            "expires_at": iso_time(approval.expires_at),
             **({"expired_by": by} if by else {}),
         },
     )

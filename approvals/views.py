@@ -12,7 +12,8 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from access.auth import principal, scope_check, sees_values
+from access.auth import principal, scope_check
+from access.identity import sees_values
 from common import pages
 from common.api import ApiView
 from common.inputs import parsed

@@ -22,7 +22,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import secrets
 import time
 from datetime import datetime, timedelta
@@ -30,8 +29,11 @@ from typing import Any
 
 import httpx
 from celery import current_app
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+
+from common.inputs import iso_time
 
 from .models import (
     Approval,
@@ -47,27 +49,16 @@ from .models import (
 logger = logging.getLogger(__name__)
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
 def retry_base_seconds() -> float:
-    return _env_float("ZEROLOCK_WEBHOOK_RETRY_BASE_SECONDS", 10.0)
+    return settings.ZEROLOCK_WEBHOOK_RETRY_BASE_SECONDS
 
 
 def max_attempts() -> int:
-    return int(_env_float("ZEROLOCK_WEBHOOK_MAX_ATTEMPTS", 6))
+    return settings.ZEROLOCK_WEBHOOK_MAX_ATTEMPTS
 
 
 def timeout_seconds() -> float:
-    return _env_float("ZEROLOCK_WEBHOOK_TIMEOUT_SECONDS", 5.0)
-
-
-def _time(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+    return settings.ZEROLOCK_WEBHOOK_TIMEOUT_SECONDS
 
 
 def event_payload(event: str, approval: Approval) -> dict[str, Any]:
@@ -76,7 +67,7 @@ def event_payload(event: str, approval: Approval) -> dict[str, Any]:
     link and the API have them."""
     return {
         "type": event,
-        "timestamp": _time(timezone.now()),
+        "timestamp": iso_time(timezone.now()),
         "data": {
             "approval_id": approval.id,
             "shard_id": approval.shard_id,
@@ -86,9 +77,9 @@ def event_payload(event: str, approval: Approval) -> dict[str, Any]:
             "requested_by": approval.requested_by,
             "requested_key_name": approval.requested_key_name,
             "approvals_required": approval.approvals_required,
-            "created_at": _time(approval.created_at),
-            "expires_at": _time(approval.expires_at),
-            "decided_at": _time(approval.decided_at),
+            "created_at": iso_time(approval.created_at),
+            "expires_at": iso_time(approval.expires_at),
+            "decided_at": iso_time(approval.decided_at),
             "decided_by": approval.decided_by,
             "reason": approval.reason,
             "commit": approval.commit,

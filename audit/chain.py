@@ -32,6 +32,8 @@ def entry_digest(entry: AuditEntry) -> str:
     """SHA-256 over every field of the entry except its id, plus the previous hash."""
     body = {
         "prev_hash": entry.prev_hash,
+        # Not common.inputs.iso_time: this text is hashed into every stored entry,
+        # so "+00:00" it stays (a "Z" would break the chain of entries written so far).
         "created_at": entry.created_at.isoformat(),
         "action": entry.action,
         "agent_id": entry.agent_id,

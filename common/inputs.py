@@ -9,7 +9,7 @@
   database driver, and a UnicodeEncodeError on write.
 - Every field of a request body takes its own JSON type and nothing else
   (``JsonTyped``: ``Int64Field``, ``StringField``, ``BooleanField``,
-  ``ChoiceField``, and ``ShardIdField`` in shards): DRF's own fields coerce, so
+  ``ChoiceField``, and the id fields of ``common.ids``): DRF's own fields coerce, so
   ``{"id": 0}`` became shard ``"0"``, ``"60"`` and ``1000.0`` were a
   ``ttl_seconds`` and ``"false"`` a boolean. Strings are taken as sent (not
   trimmed). Hand-parsed bodies (transactions, leases, additive operations) ask
@@ -163,6 +163,12 @@ def _strings_check(data: Any) -> None:
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
+
+
+# What json_body_loads raises for bytes that are not JSON (DRF's ParseError, a
+# 400 MALFORMED_JSON on a request), by a name of this module: callers outside
+# the HTTP layer (Yjs updates) catch it without importing DRF.
+NotJson = ParseError
 
 
 def json_body_loads(raw: bytes | str) -> Any:

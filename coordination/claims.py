@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from access.auth import Actor
+from access.identity import Actor
 from common.errors import ApiError
 from metrics import record
 from shards.models import Shard, ShardType

@@ -23,7 +23,8 @@ from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
-from access.auth import Principal, request_principal
+from access.auth import request_principal
+from access.identity import Principal
 from common.db import sqlite_writer_queue
 from common.errors import envelope
 from common.paths import is_api_path

@@ -20,11 +20,11 @@ from typing import Any
 from django.db.models import Min
 from django.utils import timezone
 
-from access.auth import Actor
+from access.identity import Actor
 from audit.chain import AuditWriter
 from audit.models import AuditAction
 from common.errors import ApiError
-from common.inputs import is_json_integer
+from common.inputs import is_json_integer, iso_time
 from common.jsonpaths import path_delete
 from shards.models import Shard, ShardType
 from shards.rules import Exemption, WriteRules
@@ -40,7 +40,7 @@ def lease_data(lease: Lease) -> dict[str, Any]:
     return {
         "lease_id": lease.id,
         "ttl_seconds": lease.ttl_seconds,
-        "expires_at": lease.expires_at.isoformat().replace("+00:00", "Z"),
+        "expires_at": iso_time(lease.expires_at),
         "fence": lease.fence,
         "holder": lease.holder,
     }
@@ -79,13 +79,20 @@ def lease_grant(*, holder: str, key_prefix: str, ttl_seconds: Any) -> Lease:
     return lease
 
 
+def lease_live(lease_id: str) -> Lease:
+    """The live lease ``lease_id`` (``Lease.objects.live``), or 404 LEASE_NOT_FOUND:
+    the one answer to "is this lease live?" for keep-alive, revoke and binding."""
+    lease = Lease.objects.live().filter(pk=lease_id).first()
+    if lease is None:
+        raise ApiError(404, "LEASE_NOT_FOUND", f"No live lease {lease_id!r}.", lease_id=lease_id)
+    return lease
+
+
 def _held(lease_id: str, holder: str, key_prefix: str) -> Lease:
     """The caller's own live lease. The claimed agent id is not enough: another
     key may claim the same agent name, so the lease's owning key must be the
     caller's too."""
-    lease = Lease.objects.filter(pk=lease_id, revoked=False).first()
-    if lease is None or lease.expires_at <= timezone.now():
-        raise ApiError(404, "LEASE_NOT_FOUND", f"No live lease {lease_id!r}.", lease_id=lease_id)
+    lease = lease_live(lease_id)
     lease_owner_check(lease, holder=holder, key_prefix=key_prefix)
     return lease
 
@@ -152,7 +159,7 @@ class NextExpiry:
 
     def _reload(self) -> None:
         read_at = time.monotonic()
-        soonest = Lease.objects.filter(revoked=False).aggregate(at=Min("expires_at"))["at"]
+        soonest = Lease.objects.unended().aggregate(at=Min("expires_at"))["at"]
         with self._lock:
             self._deadline = soonest.timestamp() if soonest is not None else None
             self._read_at = read_at
@@ -237,10 +244,7 @@ def lease_bind(
 ) -> None:
     """Inside a transaction's write: ``path`` of this incarnation of ``shard``
     belongs to this lease, which must be the caller's (agent and key)."""
-    lease = Lease.objects.filter(pk=lease_id, revoked=False, expires_at__gt=timezone.now()).first()
-    if lease is None:
-        raise ApiError(404, "LEASE_NOT_FOUND", f"No live lease {lease_id!r}.", lease_id=lease_id)
-    lease_owner_check(lease, holder=holder, key_prefix=key_prefix)
+    lease = _held(lease_id, holder, key_prefix)
     LeaseBinding.objects.get_or_create(
         lease=lease, shard_id=shard.id, incarnation=shard.incarnation, path=path
     )

@@ -13,12 +13,18 @@ def new_lease_id() -> str:
 
 
 class LeaseQuerySet(models.QuerySet):
+    """The one definition of a lease's state: ``unended`` (not revoked nor
+    swept), ``live`` (unended and before its time) and ``due`` (unended, past
+    its time: the sweep ends it)."""
+
+    def unended(self) -> LeaseQuerySet:
+        return self.filter(revoked=False)
+
     def live(self) -> LeaseQuerySet:
-        return self.filter(revoked=False, expires_at__gt=timezone.now())
+        return self.unended().filter(expires_at__gt=timezone.now())
 
     def due(self) -> LeaseQuerySet:
-        """Not yet ended, but past their time."""
-        return self.filter(revoked=False, expires_at__lte=timezone.now())
+        return self.unended().filter(expires_at__lte=timezone.now())
 
 
 class Lease(models.Model):

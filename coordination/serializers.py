@@ -9,6 +9,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
+from common.ids import SHARD_ID_REGEX
 from common.inputs import INT64_MAX, INT64_MIN, Int64Field, StrictSerializer, StringField
 from common.openapi import (
     JSON_NUMBER,
@@ -17,7 +18,8 @@ from common.openapi import (
     NON_EMPTY_NO_NUL,
     body_rules_register,
 )
-from shards.models import SHARD_ID_REGEX
+from shards.rules import FENCE_MAX, FENCE_MIN
+from shards.serializers import FenceField
 
 from .claims import HOLDER
 from .leases import MAX_TTL, MIN_TTL
@@ -95,7 +97,7 @@ class ClaimSerializer(StrictSerializer):
         max_length=64,
         help_text="A lease of the caller's: the task's holder is removed when it ends.",
     )
-    fence = Int64Field(required=False, allow_null=True, min_value=1)
+    fence = FenceField()
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if HOLDER in attrs["set"]:
@@ -206,7 +208,12 @@ def _txn_schema() -> dict[str, Any]:
             },
             "success": operations,
             "failure": operations,
-            "fence": {"type": "integer", "minimum": 1, "maximum": INT64_MAX, "nullable": True},
+            "fence": {
+                "type": "integer",
+                "minimum": FENCE_MIN,
+                "maximum": FENCE_MAX,
+                "nullable": True,
+            },
         },
         "additionalProperties": False,
         "anyOf": [
@@ -223,7 +230,7 @@ class TxnSerializer(serializers.Serializer):
     compare = serializers.ListField(child=serializers.DictField(), required=False)
     success = serializers.ListField(child=serializers.DictField(), required=False)
     failure = serializers.ListField(child=serializers.DictField(), required=False)
-    fence = Int64Field(required=False, allow_null=True, min_value=1)
+    fence = FenceField()
 
 
 body_rules_register("Txn", _txn_schema, body_required=True)

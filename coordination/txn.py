@@ -11,8 +11,10 @@ from typing import Any
 
 from django.conf import settings
 
-from access.auth import Actor, permission_check, scope_check
+from access.auth import permission_check, scope_check
+from access.identity import Actor
 from common.errors import ApiError
+from common.ids import is_shard_id
 from common.inputs import is_json_integer
 from common.jsonpaths import ABSENT as _ABSENT
 from common.jsonpaths import json_equal, json_less, path_delete, path_get, path_put
@@ -20,7 +22,7 @@ from common.pages import encode
 from metrics import record
 from shards import crdt
 from shards.additive import additive_apply_locked
-from shards.models import CrdtType, Shard, ShardType, is_shard_id
+from shards.models import CrdtType, Shard, ShardType
 from shards.rules import Additions, WriteRules, fence_parse, rules_check
 from shards.selectors import ShardNotFound, shard_current_value
 from shards.writer import group_commit, version_write

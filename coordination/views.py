@@ -6,7 +6,8 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from access.auth import principal, sees_values
+from access.auth import principal
+from access.identity import sees_values
 from common.api import ApiView
 from common.inputs import parsed
 from common.openapi import CONFLICT, PREFER_PARAMETERS, ErrorEnvelopeSerializer

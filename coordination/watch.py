@@ -18,7 +18,7 @@ from access.auth import reads_check
 from access.models import ApiKey
 from audit.models import AuditAction, AuditEntry
 from common.errors import ApiError
-from common.inputs import revision_param
+from common.inputs import iso_time, revision_param
 from common.prefixes import prefix_q
 
 # Changes looked at per query: their revisions and sizes only, never their values.
@@ -43,7 +43,7 @@ def change_data(entry: AuditEntry) -> dict[str, Any]:
         "version": entry.version_after,
         "value": entry.value,
         "agent_id": entry.agent_id,
-        "at": entry.created_at.isoformat().replace("+00:00", "Z"),
+        "at": iso_time(entry.created_at),
     }
 
 

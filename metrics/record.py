@@ -31,6 +31,7 @@ from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from common.db import sqlite_writer_queue
+from common.inputs import iso_time
 from common.writebehind import WriteBehind
 from metrics.models import CommitSample, MetricCounter, SocketGauge
 
@@ -309,7 +310,7 @@ def per_second(seconds: int = 60) -> list[dict[str, Any]]:
         latencies.sort()
         series.append(
             {
-                "t": (since + timedelta(seconds=i)).isoformat(),
+                "t": iso_time(since + timedelta(seconds=i)),
                 "commits": commits,
                 "conflicts": conflicts,
                 "p50": _percentile(latencies, 50),

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from importlib import import_module
 from typing import Any
 from urllib.parse import parse_qs
@@ -20,6 +19,7 @@ from access.auth import agent_check, can_watch, permission_check, reads_check, s
 from access.handshakes import handshake_blocked, handshake_key
 from access.keys import split_raw_key
 from common.errors import ApiError, over_body_limit, payload_too_large
+from common.ids import is_shard_id
 from coordination.watch import watch_start
 from metrics import record
 from realtime import push
@@ -27,9 +27,6 @@ from realtime.fanout import fanout
 from realtime.keywatch import key_watch
 from realtime.sweeper import ensure_sweeping, sweeping_release
 from realtime.watch import change_stream, open_watches
-from shards.models import SHARD_ID_REGEX
-
-SHARD_ID = re.compile(SHARD_ID_REGEX)
 
 
 class LeanDispatch:
@@ -298,7 +295,7 @@ def subscription_ids(content: dict[str, Any], key: Any) -> list[str]:
     if (
         not isinstance(shard_ids, list)
         or not 0 < len(shard_ids) <= MAX_SUBSCRIBE
-        or not all(isinstance(s, str) and SHARD_ID.match(s) for s in shard_ids)
+        or not all(is_shard_id(s) for s in shard_ids)
     ):
         raise ApiError(
             400,

@@ -22,6 +22,7 @@ from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from common.events import event_sink
+from common.inputs import iso_time
 from common.jsondiff import json_diff
 from metrics import record
 
@@ -212,7 +213,7 @@ def shard_changed(*, shard_id: str, version: int, committed_by: str) -> None:
             "shard_id": shard_id,
             "version": version,
             "committed_by": committed_by,
-            "updated_at": timezone.now().isoformat(),
+            "updated_at": iso_time(timezone.now()),
             # For the commit-to-last-frame figure (metrics.record.push_delay).
             "committed_at": time.time(),
         },

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from access.auth import reads_check
+from access.auth import key_invalid_error, reads_check
 from access.handshakes import handshake_key
 from access.models import ApiKey
 from common.errors import ApiError, internal_error
@@ -102,10 +102,6 @@ class OpenWatches:
 
 # Touched only from the event loop (acquire and release both run in it): no lock.
 open_watches = OpenWatches()
-
-
-def key_invalid_error() -> ApiError:
-    return ApiError(401, "KEY_REVOKED", "This API key has been revoked or has expired.")
 
 
 class _Stream:

@@ -37,8 +37,9 @@ from pycrdt import (
 )
 from pycrdt.websocket.django_channels_consumer import YjsConsumer, _WebsocketShim
 
-from access.auth import Actor, agent_check, agent_required, permission_check, scope_check
+from access.auth import agent_required, key_current, permission_check, reads_check
 from access.handshakes import handshake_key
+from access.identity import Actor
 from access.models import ApiKey
 from common.errors import ApiError
 from realtime import push
@@ -57,7 +58,8 @@ def yjs_open(
 ) -> tuple[Any, Shard, Doc]:
     """Who is connecting and to what, or ApiError; plus the Doc as stored now."""
     key = handshake_key(scope=scope, raw_key=raw_key)
-    yjs_access_check(key, agent_id, shard_id)
+    # What a /ws/crdt/ socket needs to open and to stay open: the agent, read, the scope.
+    reads_check(key, agent_id=agent_id, shard_ids=[shard_id])
     shard = shard_get(shard_id, payload=False)
     if shard.type != ShardType.ADDITIVE:
         raise ApiError(
@@ -70,19 +72,11 @@ def yjs_open(
     return key, shard, stored_doc(shard)
 
 
-def yjs_access_check(key: ApiKey, agent_id: str, shard_id: str) -> None:
-    """What a /ws/crdt/ socket needs to stay open: the agent, read, the scope."""
-    agent_check(key, agent_id)
-    permission_check(key, "shard:read")
-    scope_check(key, [shard_id])
-
-
 def yjs_write_check(key_prefix: str, agent_id: str, shard_id: str) -> ApiKey:
-    """Before each update: the key as it is NOW (not as it was at connect)."""
-    key = ApiKey.objects.usable().filter(prefix=key_prefix).first()
-    if key is None:
-        raise ApiError(401, "KEY_REVOKED", "This API key has been revoked or has expired.")
-    yjs_access_check(key, agent_id, shard_id)
+    """Before each update: the key as it is NOW (not as it was at connect), and
+    what the socket needs to stay open (``reads_check``) and to write."""
+    key = key_current(key_prefix)
+    reads_check(key, agent_id=agent_id, shard_ids=[shard_id])
     permission_check(key, "shard:write")
     agent_required(agent_id)
     return key
@@ -147,7 +141,7 @@ class ShardYjsConsumer(LeanDispatch, push.BatchedPushes, YjsConsumer):
         a key that may no longer read this shard closes the socket."""
         assert self.shard is not None
         try:
-            yjs_access_check(key, self.agent_id, self.shard.pk)
+            reads_check(key, agent_id=self.agent_id, shard_ids=[self.shard.pk])
         except ApiError as refusal:
             await self.refuse(refusal)
             return

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 
-from access.auth import Actor
+from access.identity import Actor
 from common import hotsql
 from common.errors import ApiError
 from common.events import send_event_on_commit

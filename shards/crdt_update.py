@@ -43,10 +43,15 @@ import struct
 from bisect import bisect_right
 
 from django.conf import settings
-from rest_framework.exceptions import ParseError
 
 from common.errors import ApiError
-from common.inputs import finite_check, json_body_loads, json_depth_check, utf8_string_check
+from common.inputs import (
+    NotJson,
+    finite_check,
+    json_body_loads,
+    json_depth_check,
+    utf8_string_check,
+)
 
 from .models import CrdtType
 
@@ -370,7 +375,7 @@ def _item_check(
             depth = max(depth, json_depth_check(raw, max_depth - 1))
             try:
                 json_body_loads(raw)  # REST's rules for strings and numbers
-            except ParseError as exc:
+            except NotJson as exc:
                 raise ApiError(400, "MALFORMED_UPDATE", f"Not a Yjs update: {exc}") from None
     elif kind == _STRING:
         text = reader.string()

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 import uuid
 from datetime import datetime
 
@@ -8,22 +7,6 @@ from django.db import models
 from django.utils import timezone
 
 from common.prefixes import prefix_q, scopes_q
-
-# 1-128 of [A-Za-z0-9_.:-], except "." and ".." (path segments: a URL with them
-# names another resource). Three branches rather than a lookahead so OpenAPI
-# tools that generate ids from the pattern can read it.
-SHARD_ID_REGEX = (
-    r"^(?:[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,127}"
-    r"|\.[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,126}"
-    r"|\.\.[A-Za-z0-9_.:-]{1,126})$"
-)
-_SHARD_ID = re.compile(SHARD_ID_REGEX)
-
-
-def is_shard_id(text: object) -> bool:
-    """The shard-id rule. A full match: ``$`` alone also matches before a final
-    newline, which let "plan\\n" through."""
-    return isinstance(text, str) and _SHARD_ID.fullmatch(text) is not None
 
 
 class ShardType(models.TextChoices):

@@ -25,12 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from access.auth import Actor
+from access.identity import Actor
 from audit.chain import audited_transaction
 from audit.rejections import rejection_entry
 from common.errors import ApiError
 from common.events import send_event_on_commit
-from common.inputs import is_json_integer
+from common.inputs import INT64_MAX, is_json_integer
 
 from .hooks import hooks
 from .models import OwnerPolicy, Shard
@@ -212,11 +212,17 @@ def read_set_check(read_set: Mapping[str, int] | None) -> None:
         )
 
 
+# A lease fence is a positive 64-bit integer: a grant's audit revision. One rule
+# for the hand-parsed bodies (fence_parse) and the serializer ones (FenceField).
+FENCE_MIN, FENCE_MAX = 1, INT64_MAX
+
+
 def fence_parse(raw: Any) -> int | None:
-    """An optional lease fence in a request body: a positive 64-bit integer."""
+    """An optional lease fence in a hand-parsed request body (transactions,
+    additive operations); ``shards.serializers.FenceField`` in a serializer."""
     if raw is None:
         return None
-    if not is_json_integer(raw) or not 1 <= raw < 2**63:
+    if not is_json_integer(raw) or not FENCE_MIN <= raw <= FENCE_MAX:
         raise ApiError(
             400,
             "VALIDATION_ERROR",

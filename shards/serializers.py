@@ -9,34 +9,28 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
 from audit.models import AuditEntry
+from common.ids import SHARD_ID_REGEX, AgentIdField, ShardIdField
 from common.inputs import (
     BooleanField,
     ChoiceField,
     Int64Field,
-    JsonTyped,
     QueryInt64Field,
     StringField,
     iso_time,
 )
 from common.openapi import JSON_VALUE, NO_NUL, body_rules_register
-from shards.models import SHARD_ID_REGEX, CrdtType, OwnerPolicy, Shard, ShardType, is_shard_id
+from shards.models import CrdtType, OwnerPolicy, Shard, ShardType
+from shards.rules import FENCE_MAX, FENCE_MIN
 
-_ID_HELP = '1-128 chars of [A-Za-z0-9_.:-], not "." or ".."'
 
-
-class ShardIdField(JsonTyped, serializers.RegexField):
-    json_type = "string"
+class FenceField(Int64Field):
+    """An optional lease fence in a serializer body: ``shards.rules.fence_parse``'s
+    rule (a positive 64-bit integer), with DRF's error shape."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(SHARD_ID_REGEX, help_text=_ID_HELP, **kwargs)
-        self.error_messages["invalid"] = f"Shard ids are {_ID_HELP}."
-
-    def to_internal_value(self, data: Any) -> str:
-        value = super().to_internal_value(data)
-        # The pattern documents the rule (OpenAPI); is_shard_id is the rule itself.
-        if not is_shard_id(value):
-            self.fail("invalid")
-        return value
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_null", True)
+        super().__init__(min_value=FENCE_MIN, max_value=FENCE_MAX, **kwargs)
 
 
 # A shard id in a path: what the server takes (a "/" would route elsewhere).
@@ -68,7 +62,8 @@ class ShardCreateSerializer(serializers.Serializer):
     owner_policy = ChoiceField(
         choices=OwnerPolicy.choices, required=False, default=OwnerPolicy.SINGLE_WRITER
     )
-    owners = serializers.ListField(child=ShardIdField(), required=False, default=list)
+    # Owners are agents, who may be named with "@" (a shard id may not).
+    owners = serializers.ListField(child=AgentIdField(), required=False, default=list)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["owner_policy"] == OwnerPolicy.OWNERS_ONLY and not attrs["owners"]:
@@ -129,7 +124,7 @@ class CommitSerializer(serializers.Serializer):
         "inside the key's scopes), with the version read.",
     )
     approval_id = StringField(required=False, allow_null=True, max_length=64)
-    fence = Int64Field(required=False, allow_null=True, min_value=1)
+    fence = FenceField()
 
     def validate_read_set(self, value: dict[str, int]) -> dict[str, int]:
         field = ShardIdField()

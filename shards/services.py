@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from access.auth import Actor
+from access.identity import Actor
 from audit.chain import audited_transaction
 from audit.models import AuditAction
 from audit.rejections import rejections

@@ -10,7 +10,8 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from access.auth import principal, scope_check, sees_values
+from access.auth import principal, scope_check
+from access.identity import sees_values
 from audit.models import AuditEntry
 from common import pages
 from common.api import ApiView

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from django.db import connection, transaction
 from django.utils import timezone
 
-from access.auth import Actor
+from access.identity import Actor
 from audit.chain import audited_transaction
 from audit.models import AuditAction
 from audit.rejections import rejection_entry

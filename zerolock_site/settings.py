@@ -91,7 +91,10 @@ INSTALLED_APPS = [
     "django_htmx",
     "axes",
     # ZeroLock's apps, lowest layer first (the import contract in pyproject.toml
-    # keeps each one from importing those listed after it).
+    # keeps each one from importing those listed after it; supervision, which
+    # needs only common, stays last: its ready() only connects Celery signals).
+    # common is here for the database layer's care (common.apps: the WAL kept open).
+    "common",
     "metrics",
     "audit",
     "access",
@@ -428,6 +431,20 @@ ZEROLOCK_MAX_HEAD_BYTES = env_int("ZEROLOCK_MAX_HEAD_BYTES", 64 * 1024)
 # How long uvicorn keeps an idle kept-alive connection: well above clients' own
 # pool expiry (httpx: 5 s), so the server is never the one to close first.
 ZEROLOCK_KEEP_ALIVE_SECONDS = env_int("ZEROLOCK_KEEP_ALIVE_SECONDS", 120)
+# uvicorn's own log level (its start and stop lines, in the supervisor's log).
+ZEROLOCK_SERVER_LOG_LEVEL = os.environ.get("ZEROLOCK_SERVER_LOG_LEVEL", "info")
+# How long a request in flight at shutdown may take to finish before it is
+# answered 503 instead (below the supervisor's ZEROLOCK_STOP_SECONDS, which the
+# supervisor reads itself: it runs before Django is configured).
+ZEROLOCK_DRAIN_SECONDS = env_float("ZEROLOCK_DRAIN_SECONDS", 4.0)
+# The port `make run` serves on (the supervisor binds it); bootstrap prints
+# addresses with it.
+PORT = os.environ.get("PORT", "8000")
+# Webhook deliveries (approvals/webhooks.py): retries back off
+# RETRY_BASE_SECONDS x 2^n, up to MAX_ATTEMPTS tries of TIMEOUT_SECONDS each.
+ZEROLOCK_WEBHOOK_RETRY_BASE_SECONDS = env_float("ZEROLOCK_WEBHOOK_RETRY_BASE_SECONDS", 10.0)
+ZEROLOCK_WEBHOOK_MAX_ATTEMPTS = int(env_float("ZEROLOCK_WEBHOOK_MAX_ATTEMPTS", 6))
+ZEROLOCK_WEBHOOK_TIMEOUT_SECONDS = env_float("ZEROLOCK_WEBHOOK_TIMEOUT_SECONDS", 5.0)
 # A connection that has not sent a whole request head this long after it opened
 # (or, kept alive, after the first byte of its next request) is closed: 408 if a
 # head had begun, nothing if it stayed silent. Counted from the start, so a head

@@ -51,6 +51,8 @@ POLL_SECONDS = 0.2
 REPORT_WAIT_SECONDS = 5.0
 
 
+# Reads the environment itself, not settings.py: the launcher runs before Django
+# is configured (and must not configure it: its children each do, their own way).
 def _env_float(name: str, default: float) -> float:
     raw = os.environ.get(name)
     return float(raw) if raw else default

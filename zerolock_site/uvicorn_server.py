@@ -370,7 +370,7 @@ def config(host: str, port: int) -> uvicorn.Config:
         # resend (80 appenders, about once in six runs). Daphne never closed one.
         timeout_keep_alive=settings.ZEROLOCK_KEEP_ALIVE_SECONDS,
         # The supervisor's log carries uvicorn's start and stop lines.
-        log_level=os.environ.get("ZEROLOCK_SERVER_LOG_LEVEL", "info"),
+        log_level=settings.ZEROLOCK_SERVER_LOG_LEVEL,
     )
 
 

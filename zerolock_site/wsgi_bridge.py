@@ -29,15 +29,13 @@ from tempfile import SpooledTemporaryFile
 from typing import Any
 
 from asgiref.wsgi import WsgiToAsgiInstance
+from django.conf import settings
 
 from common.errors import envelope, internal_error, over_body_limit, too_large_envelope
 from common.paths import is_api_path
 from realtime import push
 
 logger = logging.getLogger(__name__)
-# How long a request in flight at shutdown may take to finish before it is
-# answered 503 instead (below the supervisor's ZEROLOCK_STOP_SECONDS).
-DRAIN_SECONDS = float(os.environ.get("ZEROLOCK_DRAIN_SECONDS", "4"))
 
 
 class PooledWsgiToAsgi:
@@ -104,7 +102,9 @@ class PooledWsgiToAsgi:
                 # then waits for them: let this one finish, or answer a clean
                 # 503 if it takes too long.
                 try:
-                    start, content = await asyncio.wait_for(asyncio.shield(answer), DRAIN_SECONDS)
+                    start, content = await asyncio.wait_for(
+                        asyncio.shield(answer), settings.ZEROLOCK_DRAIN_SECONDS
+                    )
                 except TimeoutError:
                     self.abandoned += 1
                     start, content = _shutting_down()
@@ -120,10 +120,10 @@ class PooledWsgiToAsgi:
     async def drain(self) -> None:
         """Shutdown for servers that do not cancel requests themselves (uvicorn,
         zerolock_site/uvicorn_server.py): a request arriving from now on is
-        answered 503; those in flight get DRAIN_SECONDS to finish, then a 503
+        answered 503; those in flight get ZEROLOCK_DRAIN_SECONDS to finish, then a 503
         each. Returns once every answer is handed to the server."""
         self.stop_taking_requests()
-        deadline = time.monotonic() + DRAIN_SECONDS
+        deadline = time.monotonic() + settings.ZEROLOCK_DRAIN_SECONDS
         while self._in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         if not self._in_flight:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from approvals.services import approval_request
 from audit.models import AuditEntry

@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from rest_framework.test import APIClient
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from shards.services import shard_commit, shard_create
 from zerolock_site.asgi import application

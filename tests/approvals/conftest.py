@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from approvals.roles import groups_ensure
 from shards.services import shard_create

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from access.auth import Actor
+from access.identity import Actor
 from approvals.diffview import line_diff
 from approvals.models import Approval
 from approvals.roles import groups_ensure

@@ -18,7 +18,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 import approvals.diffs
-from access.auth import Actor
+from access.identity import Actor
 from approvals.diffview import MAX_COMPARED, line_diff, shown
 from approvals.models import Approval
 from approvals.roles import groups_ensure

@@ -14,7 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from approvals.models import Approval
 from approvals.selectors import cursor_of

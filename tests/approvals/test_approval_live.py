@@ -16,7 +16,7 @@ import pytest
 import websockets
 from django.utils import timezone
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from approvals.models import Approval
 from approvals.services import approval_request

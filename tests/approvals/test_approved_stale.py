@@ -8,7 +8,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.urls import reverse
 
-from access.auth import Actor
+from access.identity import Actor
 from approvals.models import Approval
 from approvals.roles import groups_ensure
 from approvals.services import Decider, approval_decide, approval_request

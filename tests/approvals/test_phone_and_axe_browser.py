@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from access.auth import Actor
+from access.identity import Actor
 from shards.services import shard_create
 from tests.approvals.a11y import axe_violations, report
 

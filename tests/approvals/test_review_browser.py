@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from access.auth import Actor
+from access.identity import Actor
 from shards.services import shard_create
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]

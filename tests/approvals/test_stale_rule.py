@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from access.auth import Actor
+from access.identity import Actor
 from approvals import selectors
 from approvals.models import Approval, ApprovalStatus
 from approvals.services import approval_request

@@ -19,7 +19,7 @@ import pytest
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 
-from access.auth import Actor
+from access.identity import Actor
 from approvals.models import (
     Approval,
     WebhookAttempt,

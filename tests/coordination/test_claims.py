@@ -11,7 +11,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from audit.models import AuditAction, AuditEntry
 from metrics import record

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from access.auth import Actor
+from access.identity import Actor
 from access.keys import prefix_of
 from access.models import ApiKey
 from access.services import api_key_create, api_key_revoke

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from audit.models import AuditEntry
 from shards.models import CrdtUpdate, Shard

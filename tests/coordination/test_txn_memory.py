@@ -8,7 +8,7 @@ import threading
 import httpx
 import pytest
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from shards.services import shard_create
 from tests.conftest import server_env, start_server, stop_server

@@ -13,7 +13,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from audit.models import AuditEntry
 from coordination.txn import txn_apply

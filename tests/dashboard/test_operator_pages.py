@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from access.auth import Actor
+from access.identity import Actor
 from approvals.roles import groups_ensure
 from dashboard.views import natural_key
 from shards.models import Shard

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from access.auth import Actor
+from access.identity import Actor
 from approvals.services import approval_request
 from metrics.models import CommitSample, MetricCounter
 from metrics.record import (

@@ -11,7 +11,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from access.auth import Actor
+from access.identity import Actor
 from approvals.roles import groups_ensure
 from realtime.consumers import LIVE_COALESCE_SECONDS
 from shards.models import Shard

@@ -10,7 +10,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from approvals.services import Decider, approval_decide, approval_request
 from common.errors import ApiError

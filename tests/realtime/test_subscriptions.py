@@ -16,7 +16,7 @@ import websockets
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from shards.models import Shard
 from shards.services import shard_commit, shard_create

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from django.db import connection
 
-from access.auth import Actor
+from access.identity import Actor
 from access.models import ApiKey
 from access.services import api_key_create, api_key_revoke, api_key_update
 from shards.selectors import shard_get

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from audit.models import AuditEntry
 from shards.selectors import shard_get

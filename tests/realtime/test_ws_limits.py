@@ -17,7 +17,7 @@ from channels.testing import WebsocketCommunicator
 from django.core.cache import cache
 from django.utils import timezone
 
-from access.auth import Actor
+from access.identity import Actor
 from access.ratelimit import WINDOW_SECONDS
 from access.services import api_key_create
 from audit.chain import verify_chain

@@ -17,7 +17,7 @@ from httpx_ws import WebSocketDisconnect, aconnect_ws
 from pycrdt import create_sync_message, create_update_message, handle_sync_message
 from pycrdt.websocket.websocket import HttpxWebsocket
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from shards.models import CrdtUpdate, Shard
 from shards.services import shard_create

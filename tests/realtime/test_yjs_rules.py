@@ -9,7 +9,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from pycrdt import create_update_message
 
-from access.auth import Actor
+from access.identity import Actor
 from access.models import ApiKey
 from access.services import api_key_create, api_key_update
 from shards.models import Shard

@@ -20,7 +20,7 @@ from pycrdt import (
 )
 from pycrdt.websocket.websocket import HttpxWebsocket
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from audit.models import AuditEntry
 from shards.models import CrdtUpdate, Shard

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from django.db import close_old_connections
 
-from access.auth import Actor
+from access.identity import Actor
 from audit.chain import verify_chain
 from audit.models import AuditAction, AuditEntry
 from common.errors import ApiError

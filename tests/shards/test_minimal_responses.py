@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from shards.models import Shard
 from shards.services import shard_create

@@ -363,7 +363,7 @@ async def test_the_fence_is_checked_by_the_writer_not_by_each_caller():
 
 
 def test_a_version_write_outside_a_write_transaction_is_a_programming_error(db):
-    from access.auth import Actor
+    from access.identity import Actor
     from audit.chain import audited_transaction
     from shards.rules import WriteRules
     from shards.writer import version_write

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from common.errors import ApiError
 from shards.models import Shard

@@ -12,7 +12,7 @@ from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 from pycrdt import create_update_message
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from audit.models import AuditEntry
 from common.errors import ApiError

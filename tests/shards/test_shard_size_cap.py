@@ -6,7 +6,7 @@ from __future__ import annotations
 import pycrdt
 import pytest
 
-from access.auth import Actor
+from access.identity import Actor
 from common.errors import ApiError
 from shards import crdt_store
 from shards.models import CrdtUpdate, Shard

@@ -13,7 +13,7 @@ import uuid
 import httpx
 import pytest
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from common.errors import ApiError
 from shards import services

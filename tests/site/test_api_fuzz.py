@@ -30,10 +30,11 @@ from schemathesis.core import NOT_SET
 from schemathesis.core.jsonschema import make_validator
 from schemathesis.engine import events, from_schema
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
+from common.ids import is_shard_id
 from coordination.serializers import MAX_FIELD_NAME
-from shards.models import Shard, ShardType, is_shard_id
+from shards.models import Shard, ShardType
 from shards.services import shard_create
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.live, pytest.mark.django_db(transaction=True)]

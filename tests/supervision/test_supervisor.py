@@ -22,7 +22,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from access.auth import Actor
+from access.identity import Actor
 from access.services import api_key_create
 from approvals.models import Approval
 from approvals.services import approval_request

@@ -39,7 +39,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         User = get_user_model()
-        port = os.environ.get("PORT", "8000")
+        port = settings.PORT
         path = Path(settings.DATA_DIR) / FIRST_RUN_FILE
         if opts["reset_admin"]:
             password = secrets.token_urlsafe(12)
