@@ -15,7 +15,7 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode
 
 from .keys import key_from_raw, prefix_of
 from .models import ApiKey
@@ -63,7 +63,7 @@ def principal(request: Request) -> Principal:
     """The principal DRF authenticated (every API view but /api/health has one)."""
     user = request.user
     if not isinstance(user, Principal):
-        raise ApiError(401, "UNAUTHENTICATED", "Send your API key in the X-API-Key header.")
+        raise ApiError(ErrorCode.UNAUTHENTICATED, "Send your API key in the X-API-Key header.")
     return user
 
 
@@ -146,16 +146,16 @@ def agent_check(key: ApiKey, agent_id: str) -> str:
     if not agent_id:
         return agent_id
     if not AGENT_ID_RE.match(agent_id):
-        raise ApiError(400, "VALIDATION_ERROR", "Agent id: 1-128 chars of [A-Za-z0-9_.:@-].")
+        raise ApiError(ErrorCode.VALIDATION_ERROR, "Agent id: 1-128 chars of [A-Za-z0-9_.:@-].")
     if not key.allows_agent(agent_id):
-        raise ApiError(403, "AGENT_NOT_ALLOWED", f"This key may not act as agent {agent_id!r}.")
+        raise ApiError(ErrorCode.AGENT_NOT_ALLOWED, f"This key may not act as agent {agent_id!r}.")
     return agent_id
 
 
 def agent_required(agent_id: str) -> None:
     if not agent_id:
         raise ApiError(
-            400, "AGENT_ID_REQUIRED", "Writes need an agent id (X-Agent-Id, or ?agent_id=)."
+            ErrorCode.AGENT_ID_REQUIRED, "Writes need an agent id (X-Agent-Id, or ?agent_id=)."
         )
 
 
@@ -163,8 +163,7 @@ def permission_check(key: ApiKey, permission: str) -> None:
     """403 PERMISSION_DENIED naming the permission the key lacks."""
     if not key.has_permission(permission):
         raise ApiError(
-            403,
-            "PERMISSION_DENIED",
+            ErrorCode.PERMISSION_DENIED,
             f"This key lacks the {permission!r} permission.",
             permission=permission,
         )
@@ -176,8 +175,7 @@ def scope_check(key: ApiKey, shard_ids: Iterable[str]) -> None:
     outside = sorted({s for s in shard_ids if not key.allows_shard(s)})
     if outside:
         raise ApiError(
-            403,
-            "PERMISSION_DENIED",
+            ErrorCode.PERMISSION_DENIED,
             f"This key may not touch {', '.join(map(repr, outside[:10]))} "
             f"(scopes: {key.shard_prefixes}).",
             permission="shard scope",
@@ -224,7 +222,7 @@ class ApiKeyAuthentication(BaseAuthentication):
         # Resolved, and counted against the key or the address, by RateLimitMiddleware.
         key = request_key(request._request)
         if key is None:
-            raise ApiError(401, "UNAUTHENTICATED", "Send your API key in the X-API-Key header.")
+            raise ApiError(ErrorCode.UNAUTHENTICATED, "Send your API key in the X-API-Key header.")
         if isinstance(key, ApiError):
             raise authentication_refused(key, raw=request.META.get("HTTP_X_API_KEY", ""))
         agent_id = agent_check(key, request_agent_id(request._request))

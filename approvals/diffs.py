@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.cache import cache
 
 from common.boundeddiff import BoundedDiff, DiffLimits, bounded_diff, json_too_deep
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode
 from shards.models import Shard
 
 from .models import Approval
@@ -52,8 +52,7 @@ def proposed_value_check(value: Any) -> None:
     limit = settings.ZEROLOCK_APPROVAL_MAX_DEPTH
     if json_too_deep(value, limit):
         raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+            ErrorCode.VALIDATION_ERROR,
             f"proposed_value is nested more than {limit} levels deep.",
             fields={"proposed_value": [f"nested more than {limit} levels deep"]},
         )

@@ -9,17 +9,140 @@ Django: the web server refuses it (``over_body_limit``).
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
 
 
-class ApiError(Exception):
-    """A domain error with its HTTP status, contract code and extra details."""
+class ErrorCode(StrEnum):
+    """Every code the server sends, in an envelope or a WebSocket error frame
+    (docs/api.md, "Every error code"; tests/common/test_error_catalogue.py
+    holds the two to each other). A ``str``: ``code == "STALE_VERSION"`` holds
+    and the JSON is the name."""
 
-    def __init__(self, status: int, code: str, message: str, **details: Any) -> None:
+    AGENT_ID_REQUIRED = "AGENT_ID_REQUIRED"
+    AGENT_NOT_ALLOWED = "AGENT_NOT_ALLOWED"
+    ALREADY_DECIDED = "ALREADY_DECIDED"
+    APPROVAL_EXPIRED = "APPROVAL_EXPIRED"
+    APPROVAL_INVALID = "APPROVAL_INVALID"
+    APPROVAL_NOT_FOUND = "APPROVAL_NOT_FOUND"
+    APPROVAL_NOT_PENDING = "APPROVAL_NOT_PENDING"
+    APPROVAL_REQUIRED = "APPROVAL_REQUIRED"
+    BAD_REQUEST = "BAD_REQUEST"
+    COMPACTED = "COMPACTED"
+    ERROR = "ERROR"
+    FENCED = "FENCED"
+    HEADERS_TOO_LARGE = "HEADERS_TOO_LARGE"
+    IDEMPOTENCY_IN_PROGRESS = "IDEMPOTENCY_IN_PROGRESS"
+    IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+    KEY_EXPIRED = "KEY_EXPIRED"
+    KEY_REVOKED = "KEY_REVOKED"
+    LEASE_NOT_FOUND = "LEASE_NOT_FOUND"
+    MALFORMED_JSON = "MALFORMED_JSON"
+    MALFORMED_UPDATE = "MALFORMED_UPDATE"
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    NOT_ACCEPTABLE = "NOT_ACCEPTABLE"
+    NOT_ADDITIVE = "NOT_ADDITIVE"
+    NOT_AN_OWNER = "NOT_AN_OWNER"
+    NOT_FOUND = "NOT_FOUND"
+    NOTHING_TO_CLAIM = "NOTHING_TO_CLAIM"
+    PATH_CONFLICT = "PATH_CONFLICT"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    RATE_LIMITED = "RATE_LIMITED"
+    READ_SET_STALE = "READ_SET_STALE"
+    REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
+    SCHEMA_TOO_COSTLY = "SCHEMA_TOO_COSTLY"
+    SCHEMA_VIOLATION = "SCHEMA_VIOLATION"
+    SELF_APPROVAL = "SELF_APPROVAL"
+    SERVER_BUSY = "SERVER_BUSY"
+    SHARD_EXISTS = "SHARD_EXISTS"
+    SHARD_NOT_FOUND = "SHARD_NOT_FOUND"
+    SHARD_TOO_LARGE = "SHARD_TOO_LARGE"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    STALE_VERSION = "STALE_VERSION"
+    TOO_MANY_SUBSCRIPTIONS = "TOO_MANY_SUBSCRIPTIONS"
+    TOO_MANY_WATCHES = "TOO_MANY_WATCHES"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    UNSUPPORTED_DIFF = "UNSUPPORTED_DIFF"
+    UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+    UNSUPPORTED_MESSAGE = "UNSUPPORTED_MESSAGE"
+    UNSUPPORTED_UPDATE = "UNSUPPORTED_UPDATE"
+    VALIDATION_ERROR = "VALIDATION_ERROR"
+
+    @property
+    def status(self) -> int:
+        """The one HTTP status this code is sent with. ``ERROR`` has none: it
+        stands for a refusal with no more specific code and keeps that refusal's
+        status (DRF's or Django's), so nothing raises it as an ApiError."""
+        try:
+            return _STATUSES[self]
+        except KeyError:
+            raise ValueError(f"{self} has no status of its own") from None
+
+
+_STATUSES: dict[ErrorCode, int] = {
+    ErrorCode.AGENT_ID_REQUIRED: 400,
+    ErrorCode.AGENT_NOT_ALLOWED: 403,
+    ErrorCode.ALREADY_DECIDED: 409,
+    ErrorCode.APPROVAL_EXPIRED: 409,
+    ErrorCode.APPROVAL_INVALID: 403,
+    ErrorCode.APPROVAL_NOT_FOUND: 404,
+    ErrorCode.APPROVAL_NOT_PENDING: 409,
+    ErrorCode.APPROVAL_REQUIRED: 403,
+    ErrorCode.BAD_REQUEST: 400,
+    ErrorCode.COMPACTED: 410,
+    ErrorCode.FENCED: 409,
+    ErrorCode.HEADERS_TOO_LARGE: 431,
+    ErrorCode.IDEMPOTENCY_IN_PROGRESS: 409,
+    ErrorCode.IDEMPOTENCY_KEY_REUSED: 422,
+    ErrorCode.INTERNAL_ERROR: 500,
+    ErrorCode.KEY_EXPIRED: 401,
+    ErrorCode.KEY_REVOKED: 401,
+    ErrorCode.LEASE_NOT_FOUND: 404,
+    ErrorCode.MALFORMED_JSON: 400,
+    ErrorCode.MALFORMED_UPDATE: 400,
+    ErrorCode.METHOD_NOT_ALLOWED: 405,
+    ErrorCode.NOT_ACCEPTABLE: 406,
+    ErrorCode.NOT_ADDITIVE: 400,
+    ErrorCode.NOT_AN_OWNER: 403,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.NOTHING_TO_CLAIM: 404,
+    ErrorCode.PATH_CONFLICT: 400,
+    ErrorCode.PAYLOAD_TOO_LARGE: 413,
+    ErrorCode.PERMISSION_DENIED: 403,
+    ErrorCode.RATE_LIMITED: 429,
+    ErrorCode.READ_SET_STALE: 409,
+    ErrorCode.REQUEST_TIMEOUT: 408,
+    ErrorCode.SCHEMA_TOO_COSTLY: 400,
+    ErrorCode.SCHEMA_VIOLATION: 400,
+    ErrorCode.SELF_APPROVAL: 403,
+    ErrorCode.SERVER_BUSY: 503,
+    ErrorCode.SHARD_EXISTS: 409,
+    ErrorCode.SHARD_NOT_FOUND: 404,
+    ErrorCode.SHARD_TOO_LARGE: 413,
+    ErrorCode.SHUTTING_DOWN: 503,
+    ErrorCode.STALE_VERSION: 409,
+    ErrorCode.TOO_MANY_SUBSCRIPTIONS: 400,
+    ErrorCode.TOO_MANY_WATCHES: 429,
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.UNSUPPORTED_DIFF: 400,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
+    ErrorCode.UNSUPPORTED_MESSAGE: 400,
+    ErrorCode.UNSUPPORTED_UPDATE: 400,
+    ErrorCode.VALIDATION_ERROR: 400,
+}
+
+
+class ApiError(Exception):
+    """A domain error: its contract code (which fixes the HTTP status), message
+    and extra details."""
+
+    def __init__(self, code: ErrorCode, message: str, **details: Any) -> None:
         super().__init__(message)
-        self.status = status
+        self.status = code.status
         self.code = code
         self.message = message
         self.details = details
@@ -28,13 +151,13 @@ class ApiError(Exception):
         return envelope(self.code, self.message, **self.details)
 
 
-def envelope(code: str, message: str, **details: Any) -> dict[str, Any]:
+def envelope(code: ErrorCode, message: str, **details: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **details}}
 
 
 def internal_error() -> ApiError:
     """What any unexpected failure under /api/ answers: no traceback, no detail."""
-    return ApiError(500, "INTERNAL_ERROR", "Internal server error.")
+    return ApiError(ErrorCode.INTERNAL_ERROR, "Internal server error.")
 
 
 def over_body_limit(size: int) -> bool:
@@ -51,7 +174,9 @@ def over_body_limit(size: int) -> bool:
 def payload_too_large(what: str = "Request body") -> ApiError:
     """A request body, or one WebSocket message, over ZEROLOCK_MAX_BODY_BYTES."""
     limit = settings.ZEROLOCK_MAX_BODY_BYTES
-    return ApiError(413, "PAYLOAD_TOO_LARGE", f"{what} exceeds {limit} bytes.", limit_bytes=limit)
+    return ApiError(
+        ErrorCode.PAYLOAD_TOO_LARGE, f"{what} exceeds {limit} bytes.", limit_bytes=limit
+    )
 
 
 def too_large_envelope() -> dict[str, Any]:
@@ -61,7 +186,7 @@ def too_large_envelope() -> dict[str, Any]:
 def headers_too_large_envelope() -> dict[str, Any]:
     limit = settings.ZEROLOCK_MAX_HEAD_BYTES
     return envelope(
-        "HEADERS_TOO_LARGE",
+        ErrorCode.HEADERS_TOO_LARGE,
         f"The request line and headers exceed {limit} bytes.",
         limit_bytes=limit,
     )
@@ -70,7 +195,7 @@ def headers_too_large_envelope() -> dict[str, Any]:
 def request_timeout_envelope() -> dict[str, Any]:
     timeout = settings.ZEROLOCK_HEAD_TIMEOUT_SECONDS
     return envelope(
-        "REQUEST_TIMEOUT",
+        ErrorCode.REQUEST_TIMEOUT,
         f"The request line and headers did not arrive within {timeout:g} s.",
         timeout_seconds=timeout,
     )
@@ -83,4 +208,4 @@ def server_busy_envelope(*, per_address: bool) -> dict[str, Any]:
     else:
         limit = settings.ZEROLOCK_MAX_CONNECTIONS
         message = f"This server process already holds {limit} connections."
-    return envelope("SERVER_BUSY", f"{message} Retry shortly.", limit=limit, retry_after=1)
+    return envelope(ErrorCode.SERVER_BUSY, f"{message} Retry shortly.", limit=limit, retry_after=1)

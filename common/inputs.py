@@ -37,7 +37,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -73,8 +73,7 @@ def json_depth_check(raw: bytes, max_depth: int) -> int:
                 deepest = depth
                 if depth > max_depth:
                     raise ApiError(
-                        400,
-                        "VALIDATION_ERROR",
+                        ErrorCode.VALIDATION_ERROR,
                         f"JSON is nested too deep: at most {max_depth} levels.",
                         max_depth=max_depth,
                     )
@@ -87,8 +86,7 @@ def _int64(text: str) -> int:
     value = int(text)
     if not INT64_MIN <= value <= INT64_MAX:
         raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+            ErrorCode.VALIDATION_ERROR,
             f"Integer out of range: JSON integers must fit in 64 bits "
             f"({INT64_MIN} to {INT64_MAX}).",
         )
@@ -112,7 +110,7 @@ def string_check(text: str) -> None:
     on SQLite is valid on PostgreSQL). REST bodies and Yjs updates alike."""
     if "\x00" in text:
         raise ApiError(
-            400, "VALIDATION_ERROR", "Strings may not contain the NUL character (\\u0000)."
+            ErrorCode.VALIDATION_ERROR, "Strings may not contain the NUL character (\\u0000)."
         )
     try:
         text.encode("utf-8")
@@ -134,8 +132,7 @@ def utf8_string_check(raw: bytes) -> str:
 
 def _not_unicode() -> ApiError:
     return ApiError(
-        400,
-        "VALIDATION_ERROR",
+        ErrorCode.VALIDATION_ERROR,
         "Strings must be valid Unicode: a lone surrogate (like \\ud800) is refused.",
     )
 
@@ -146,7 +143,7 @@ def finite_check(number: float, shown: str) -> None:
     PostgreSQL's jsonb can write them back, and the API would answer null."""
     if not math.isfinite(number):
         raise ApiError(
-            400, "VALIDATION_ERROR", f"Number out of range: {shown[:40]} (numbers are finite)."
+            ErrorCode.VALIDATION_ERROR, f"Number out of range: {shown[:40]} (numbers are finite)."
         )
 
 
@@ -298,8 +295,7 @@ def revision_param(raw: str, name: str) -> int:
     fit in 64 bits."""
     if not _ASCII_DIGITS.fullmatch(raw) or int(raw) > INT64_MAX:
         raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+            ErrorCode.VALIDATION_ERROR,
             f"{name} must be a revision (a non-negative 64-bit integer).",
         )
     return int(raw)
@@ -316,7 +312,7 @@ def parsed(serializer_class: type, data: Any) -> dict[str, Any]:
     Validation keeps nothing between calls but ``initial_data``, which
     ``validate()`` may read and which is set here for each call."""
     if not isinstance(data, dict):
-        raise ApiError(400, "VALIDATION_ERROR", "Expected a JSON object.")
+        raise ApiError(ErrorCode.VALIDATION_ERROR, "Expected a JSON object.")
     by_class = _reused.__dict__.setdefault("by_class", {})
     serializer = by_class.get(serializer_class)
     if serializer is None:

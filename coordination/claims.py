@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from access.auth import Actor
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode
 from metrics import record
 from shards.models import Shard, ShardType
 from shards.rules import WriteRules, rules_precheck
@@ -52,8 +52,7 @@ class Claim:
 
 def _not_a_queue(shard_id: str) -> ApiError:
     return ApiError(
-        400,
-        "UNSUPPORTED_DIFF",
+        ErrorCode.UNSUPPORTED_DIFF,
         f"Claims are for decision shards whose value is an object of tasks; {shard_id!r} "
         "is not one.",
         shard_id=shard_id,
@@ -92,8 +91,7 @@ def task_claim(
         # The version read tells the caller how far the queue had got (a watch
         # from it hears of tasks put back).
         raise ApiError(
-            404,
-            "NOTHING_TO_CLAIM",
+            ErrorCode.NOTHING_TO_CLAIM,
             f"No task in {shard_id!r} matches where.",
             shard_id=shard_id,
             version=claim,

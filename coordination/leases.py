@@ -23,7 +23,7 @@ from django.utils import timezone
 from access.auth import Actor
 from audit.chain import AuditWriter
 from audit.models import AuditAction
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode
 from common.inputs import is_json_integer
 from common.jsonpaths import path_delete
 from shards.models import Shard, ShardType
@@ -49,8 +49,7 @@ def lease_data(lease: Lease) -> dict[str, Any]:
 def _ttl(ttl_seconds: Any) -> int:
     if not is_json_integer(ttl_seconds) or not (MIN_TTL <= ttl_seconds <= MAX_TTL):
         raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+            ErrorCode.VALIDATION_ERROR,
             f"ttl_seconds must be an integer from {MIN_TTL} to {MAX_TTL}.",
             fields={"ttl_seconds": ["out of range"]},
         )
@@ -85,7 +84,7 @@ def _held(lease_id: str, holder: str, key_prefix: str) -> Lease:
     caller's too."""
     lease = Lease.objects.filter(pk=lease_id, revoked=False).first()
     if lease is None or lease.expires_at <= timezone.now():
-        raise ApiError(404, "LEASE_NOT_FOUND", f"No live lease {lease_id!r}.", lease_id=lease_id)
+        raise ApiError(ErrorCode.LEASE_NOT_FOUND, f"No live lease {lease_id!r}.", lease_id=lease_id)
     lease_owner_check(lease, holder=holder, key_prefix=key_prefix)
     return lease
 
@@ -94,8 +93,7 @@ def lease_owner_check(lease: Lease, *, holder: str, key_prefix: str) -> None:
     """Only the holding agent, through the key that took the lease, may use it."""
     if lease.holder != holder or lease.key_prefix != key_prefix:
         raise ApiError(
-            403,
-            "PERMISSION_DENIED",
+            ErrorCode.PERMISSION_DENIED,
             f"Lease {lease.id} is held by another agent or key: only its holder may use it.",
         )
 
@@ -239,7 +237,7 @@ def lease_bind(
     belongs to this lease, which must be the caller's (agent and key)."""
     lease = Lease.objects.filter(pk=lease_id, revoked=False, expires_at__gt=timezone.now()).first()
     if lease is None:
-        raise ApiError(404, "LEASE_NOT_FOUND", f"No live lease {lease_id!r}.", lease_id=lease_id)
+        raise ApiError(ErrorCode.LEASE_NOT_FOUND, f"No live lease {lease_id!r}.", lease_id=lease_id)
     lease_owner_check(lease, holder=holder, key_prefix=key_prefix)
     LeaseBinding.objects.get_or_create(
         lease=lease, shard_id=shard.id, incarnation=shard.incarnation, path=path

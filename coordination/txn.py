@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 
 from access.auth import Actor, permission_check, scope_check
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode
 from common.inputs import is_json_integer
 from common.jsonpaths import ABSENT as _ABSENT
 from common.jsonpaths import json_equal, json_less, path_delete, path_get, path_put
@@ -35,7 +35,7 @@ WRITE_OPS = {"put", "delete", "append"}
 
 
 def invalid(message: str, **details: Any) -> ApiError:
-    return ApiError(400, "VALIDATION_ERROR", message, **details)
+    return ApiError(ErrorCode.VALIDATION_ERROR, message, **details)
 
 
 # --- parsing: the whole body is checked before anything is read or written -----
@@ -290,8 +290,7 @@ def _run_op(op: Op, item: _Working, where: str, actor: Actor) -> dict[str, Any]:
     if op.op == "append":
         if shard.type != ShardType.ADDITIVE or shard.crdt_type != CrdtType.ARRAY or op.path:
             raise ApiError(
-                400,
-                "UNSUPPORTED_DIFF",
+                ErrorCode.UNSUPPORTED_DIFF,
                 f"{where}: append is for additive array shards (no path).",
                 at=where,
             )
@@ -300,7 +299,9 @@ def _run_op(op: Op, item: _Working, where: str, actor: Actor) -> dict[str, Any]:
         return {"op": "append", "shard_id": shard.id}
     if shard.type != ShardType.DECISION:
         raise ApiError(
-            400, "UNSUPPORTED_DIFF", f"{where}: put and delete are for decision shards.", at=where
+            ErrorCode.UNSUPPORTED_DIFF,
+            f"{where}: put and delete are for decision shards.",
+            at=where,
         )
     if op.op == "put":
         item.value = path_put(item.value, op.path, op.value, where)

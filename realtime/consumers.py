@@ -19,7 +19,7 @@ from django.conf import settings
 from access.auth import agent_check, can_watch, permission_check, reads_check, scope_check
 from access.handshakes import handshake_blocked, handshake_key
 from access.keys import split_raw_key
-from common.errors import ApiError, over_body_limit, payload_too_large
+from common.errors import ApiError, ErrorCode, over_body_limit, payload_too_large
 from coordination.watch import watch_start
 from metrics import record
 from realtime import push
@@ -164,7 +164,7 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
             except (ValueError, RecursionError):
                 content = None
             if content is None:
-                raise ApiError(400, "VALIDATION_ERROR", "Send JSON text frames.")
+                raise ApiError(ErrorCode.VALIDATION_ERROR, "Send JSON text frames.")
         except ApiError as error:
             await self.send_json({"type": "error", **error.envelope()["error"]})
             return
@@ -182,7 +182,7 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
             elif kind == "watch":
                 await self.watch(content)
             else:
-                raise ApiError(400, "UNSUPPORTED_MESSAGE", f"Unknown message type {kind!r}.")
+                raise ApiError(ErrorCode.UNSUPPORTED_MESSAGE, f"Unknown message type {kind!r}.")
         except ApiError as error:
             await self.send_json({"type": "error", **error.envelope()["error"]})
 
@@ -211,7 +211,7 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
             and (not isinstance(since, int) or isinstance(since, bool) or since < 0)
         ):
             raise ApiError(
-                400, "VALIDATION_ERROR", "watch takes a prefix string and a since revision."
+                ErrorCode.VALIDATION_ERROR, "watch takes a prefix string and a since revision."
             )
         key = self.key
         assert key is not None  # set before the socket was accepted
@@ -284,8 +284,7 @@ def subscription_cap_check(held: int, adding: int) -> None:
     cap = settings.ZEROLOCK_MAX_SUBSCRIPTIONS_PER_SOCKET
     if held + adding > cap:
         raise ApiError(
-            400,
-            "TOO_MANY_SUBSCRIPTIONS",
+            ErrorCode.TOO_MANY_SUBSCRIPTIONS,
             f"A socket holds at most {cap} subscriptions ({held} held, {adding} new).",
             limit=cap,
             subscriptions=held,
@@ -301,8 +300,7 @@ def subscription_ids(content: dict[str, Any], key: Any) -> list[str]:
         or not all(isinstance(s, str) and SHARD_ID.match(s) for s in shard_ids)
     ):
         raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+            ErrorCode.VALIDATION_ERROR,
             f"shard_ids must be a list of 1-{MAX_SUBSCRIBE} shard ids.",
         )
     if key is not None:

@@ -40,7 +40,7 @@ from pycrdt.websocket.django_channels_consumer import YjsConsumer, _WebsocketShi
 from access.auth import Actor, agent_check, agent_required, permission_check, scope_check
 from access.handshakes import handshake_key
 from access.models import ApiKey
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode
 from realtime import push
 from realtime.consumers import LeanDispatch, agent_id_of, message_size_check, raw_key_of
 from realtime.keywatch import key_watch
@@ -61,8 +61,7 @@ def yjs_open(
     shard = shard_get(shard_id, payload=False)
     if shard.type != ShardType.ADDITIVE:
         raise ApiError(
-            400,
-            "NOT_ADDITIVE",
+            ErrorCode.NOT_ADDITIVE,
             f"Shard {shard_id!r} is a {shard.type} shard: only additive shards sync over "
             "/ws/crdt/; commit to it with POST /api/shards/{id}/commit.",
             shard_id=shard_id,
@@ -81,7 +80,7 @@ def yjs_write_check(key_prefix: str, agent_id: str, shard_id: str) -> ApiKey:
     """Before each update: the key as it is NOW (not as it was at connect)."""
     key = ApiKey.objects.usable().filter(prefix=key_prefix).first()
     if key is None:
-        raise ApiError(401, "KEY_REVOKED", "This API key has been revoked or has expired.")
+        raise ApiError(ErrorCode.KEY_REVOKED, "This API key has been revoked or has expired.")
     yjs_access_check(key, agent_id, shard_id)
     permission_check(key, "shard:write")
     agent_required(agent_id)
@@ -172,7 +171,7 @@ class ShardYjsConsumer(LeanDispatch, push.BatchedPushes, YjsConsumer):
     async def _receive(self, text: str | None, message: bytes | None) -> None:
         message_size_check(text, message)
         if not message:
-            raise ApiError(400, "MALFORMED_UPDATE", "/ws/crdt/ takes binary Yjs messages.")
+            raise ApiError(ErrorCode.MALFORMED_UPDATE, "/ws/crdt/ takes binary Yjs messages.")
         if message[0] == YMessageType.AWARENESS:
             # Presence (cursors, names): relayed, never stored.
             await self.channel_layer.group_send(
@@ -181,24 +180,24 @@ class ShardYjsConsumer(LeanDispatch, push.BatchedPushes, YjsConsumer):
             )
             return
         if message[0] != YMessageType.SYNC or len(message) < 2:
-            raise ApiError(400, "MALFORMED_UPDATE", f"Unknown Yjs message type {message[0]}.")
+            raise ApiError(ErrorCode.MALFORMED_UPDATE, f"Unknown Yjs message type {message[0]}.")
         if message[1] == YSyncMessageType.SYNC_STEP1:
             doc = await database_sync_to_async(stored_doc)(self.shard)
             try:
                 reply = handle_sync_message(message[1:], doc)
             except (ValueError, RuntimeError, IndexError) as exc:
-                raise ApiError(400, "MALFORMED_UPDATE", f"Bad sync step 1: {exc}") from exc
+                raise ApiError(ErrorCode.MALFORMED_UPDATE, f"Bad sync step 1: {exc}") from exc
             if reply is not None:
                 await self.send(bytes_data=reply)
             return
         if message[1] not in (YSyncMessageType.SYNC_STEP2, YSyncMessageType.SYNC_UPDATE):
-            raise ApiError(400, "MALFORMED_UPDATE", f"Unknown sync message type {message[1]}.")
+            raise ApiError(ErrorCode.MALFORMED_UPDATE, f"Unknown sync message type {message[1]}.")
         try:
             update = Decoder(message[2:]).read_message()
         except (ValueError, RuntimeError, IndexError) as exc:
-            raise ApiError(400, "MALFORMED_UPDATE", f"Cannot read the update: {exc}") from exc
+            raise ApiError(ErrorCode.MALFORMED_UPDATE, f"Cannot read the update: {exc}") from exc
         if update is None:
-            raise ApiError(400, "MALFORMED_UPDATE", "The update message is truncated.")
+            raise ApiError(ErrorCode.MALFORMED_UPDATE, "The update message is truncated.")
         await database_sync_to_async(self._apply)(update)
 
     def _apply(self, update: bytes) -> None:

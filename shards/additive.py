@@ -12,7 +12,7 @@ from django.conf import settings
 
 from access.auth import Actor
 from common import hotsql
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode
 from common.events import send_event_on_commit
 
 from . import crdt, crdt_store, crdt_update
@@ -177,8 +177,7 @@ def shard_size_check(shard_id: str, size: int) -> None:
     limit = settings.ZEROLOCK_MAX_SHARD_BYTES
     if size > limit:
         raise ApiError(
-            413,
-            "SHARD_TOO_LARGE",
+            ErrorCode.SHARD_TOO_LARGE,
             f"Shard {shard_id!r} would hold {size} bytes (its Yjs document, encoded); "
             f"an additive shard holds at most {limit}.",
             shard_id=shard_id,

@@ -28,7 +28,7 @@ from typing import Any
 from access.auth import Actor
 from audit.chain import audited_transaction
 from audit.rejections import rejection_entry
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode
 from common.events import send_event_on_commit
 from common.inputs import is_json_integer
 
@@ -103,7 +103,7 @@ class Refusal(ApiError):
     record in the batch, so the refusal is on the chain like a commit."""
 
     def __init__(self, error: ApiError, record: dict[str, Any]) -> None:
-        super().__init__(error.status, error.code, error.message, **error.details)
+        super().__init__(error.code, error.message, **error.details)
         self.record = record
 
 
@@ -126,7 +126,9 @@ def refused(error: ApiError, *, actor: Actor, shard_id: str, expected: object) -
 def owner_check(shard: Shard, agent_id: str) -> None:
     if shard.owner_policy == OwnerPolicy.OWNERS_ONLY and agent_id not in shard.owners:
         raise ApiError(
-            403, "NOT_AN_OWNER", f"Only the owners of {shard.id!r} may commit.", owners=shard.owners
+            ErrorCode.NOT_AN_OWNER,
+            f"Only the owners of {shard.id!r} may commit.",
+            owners=shard.owners,
         )
 
 
@@ -145,15 +147,13 @@ def gate_check(
     if approval_id:
         if expected_version is None:
             raise ApiError(
-                403,
-                "APPROVAL_INVALID",
+                ErrorCode.APPROVAL_INVALID,
                 "Approvals apply to decision shards only.",
                 reason="NOT_APPLICABLE",
             )
         if hooks.gate is None:
             raise ApiError(
-                403,
-                "APPROVAL_INVALID",
+                ErrorCode.APPROVAL_INVALID,
                 "No approval gate is installed on this server.",
                 reason="NO_GATE",
             )
@@ -167,8 +167,7 @@ def gate_check(
         return
     if not shard.reversible:
         raise ApiError(
-            403,
-            "APPROVAL_REQUIRED",
+            ErrorCode.APPROVAL_REQUIRED,
             f"Shard {shard.id!r} is irreversible: request an approval first "
             "(POST /api/approvals/request).",
             shard_id=shard.id,
@@ -205,8 +204,7 @@ def read_set_check(read_set: Mapping[str, int] | None) -> None:
     stale = read_set_stale_entries(read_set or {})
     if stale:
         raise ApiError(
-            409,
-            "READ_SET_STALE",
+            ErrorCode.READ_SET_STALE,
             "Shards this decision was based on have moved on.",
             stale=stale,
         )
@@ -218,8 +216,7 @@ def fence_parse(raw: Any) -> int | None:
         return None
     if not is_json_integer(raw) or not 1 <= raw < 2**63:
         raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+            ErrorCode.VALIDATION_ERROR,
             "fence must be a positive integer.",
             fields={"fence": ["invalid"]},
         )
@@ -235,8 +232,7 @@ def fence_check(*, shard_ids: set[str], fence: int | None) -> None:
         seen = Shard.objects.filter(pk=shard_id).values_list("fence", flat=True).first()
         if seen is not None and fence < seen:
             raise ApiError(
-                409,
-                "FENCED",
+                ErrorCode.FENCED,
                 f"Fence {fence} is older than {seen}, the newest holder's on {shard_id!r}.",
                 shard_id=shard_id,
                 fence=fence,
@@ -250,8 +246,7 @@ def stale_error(actor: Actor, expected_version: int, current: Mapping[str, Any])
     that may read it: ``Actor.sees_values``)."""
     values = {"current_value": current["value"]} if actor.sees_values else {}
     return ApiError(
-        409,
-        "STALE_VERSION",
+        ErrorCode.STALE_VERSION,
         f"Version {expected_version} is not current (current is {current['version']}).",
         expected_version=expected_version,
         current_version=current["version"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from common import hotsql
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode
 
 from . import crdt_store
 from .models import Shard, ShardType
@@ -18,7 +18,7 @@ class ShardNotFound(ApiError):
         message = f"{where}: no shard {shard_id!r}." if where else f"No shard {shard_id!r}."
         if where:
             details["at"] = where
-        super().__init__(404, "SHARD_NOT_FOUND", message, shard_id=shard_id, **details)
+        super().__init__(ErrorCode.SHARD_NOT_FOUND, message, shard_id=shard_id, **details)
 
 
 def shard_get(shard_id: str, *, payload: bool = True) -> Shard:

@@ -15,23 +15,23 @@ from django.views import defaults
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
 
-from common.errors import ApiError, envelope, internal_error
+from common.errors import ApiError, ErrorCode, envelope, internal_error
 from common.paths import is_api_path
 
 logger = logging.getLogger(__name__)
 
 
-_DRF_CODES: list[tuple[type[Exception], str]] = [
-    (drf_exceptions.ParseError, "MALFORMED_JSON"),
-    (drf_exceptions.NotAuthenticated, "UNAUTHENTICATED"),
-    (drf_exceptions.AuthenticationFailed, "UNAUTHENTICATED"),
-    (drf_exceptions.PermissionDenied, "PERMISSION_DENIED"),
-    (drf_exceptions.NotFound, "NOT_FOUND"),
-    (drf_exceptions.MethodNotAllowed, "METHOD_NOT_ALLOWED"),
-    (drf_exceptions.NotAcceptable, "NOT_ACCEPTABLE"),
-    (drf_exceptions.UnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE"),
-    (drf_exceptions.Throttled, "RATE_LIMITED"),
-    (drf_exceptions.ValidationError, "VALIDATION_ERROR"),
+_DRF_CODES: list[tuple[type[Exception], ErrorCode]] = [
+    (drf_exceptions.ParseError, ErrorCode.MALFORMED_JSON),
+    (drf_exceptions.NotAuthenticated, ErrorCode.UNAUTHENTICATED),
+    (drf_exceptions.AuthenticationFailed, ErrorCode.UNAUTHENTICATED),
+    (drf_exceptions.PermissionDenied, ErrorCode.PERMISSION_DENIED),
+    (drf_exceptions.NotFound, ErrorCode.NOT_FOUND),
+    (drf_exceptions.MethodNotAllowed, ErrorCode.METHOD_NOT_ALLOWED),
+    (drf_exceptions.NotAcceptable, ErrorCode.NOT_ACCEPTABLE),
+    (drf_exceptions.UnsupportedMediaType, ErrorCode.UNSUPPORTED_MEDIA_TYPE),
+    (drf_exceptions.Throttled, ErrorCode.RATE_LIMITED),
+    (drf_exceptions.ValidationError, ErrorCode.VALIDATION_ERROR),
 ]
 
 
@@ -56,8 +56,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             response["Retry-After"] = str(exc.details["retry_after"])
         return response
     if isinstance(exc, drf_exceptions.APIException):
-        code = next((c for cls, c in _DRF_CODES if isinstance(exc, cls)), "ERROR")
-        if code == "MALFORMED_JSON":
+        code = next((c for cls, c in _DRF_CODES if isinstance(exc, cls)), ErrorCode.ERROR)
+        if code == ErrorCode.MALFORMED_JSON:
             message = f"Request body is not valid JSON: {exc.detail}"
         else:
             message = _first_message(exc.detail)
@@ -76,12 +76,12 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
 
 
 _STATUS_CODES = {
-    400: "BAD_REQUEST",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    405: "METHOD_NOT_ALLOWED",
-    413: "PAYLOAD_TOO_LARGE",
+    400: ErrorCode.BAD_REQUEST,
+    401: ErrorCode.UNAUTHENTICATED,
+    403: ErrorCode.PERMISSION_DENIED,
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    413: ErrorCode.PAYLOAD_TOO_LARGE,
 }
 
 
@@ -103,7 +103,9 @@ class ApiErrorEnvelopeMiddleware:
         if response.status_code < 400 or _is_json(response):
             return response
         status = response.status_code
-        code = _STATUS_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "ERROR")
+        code = _STATUS_CODES.get(
+            status, ErrorCode.INTERNAL_ERROR if status >= 500 else ErrorCode.ERROR
+        )
         message = response.reason_phrase or "Error"
         if status == 404:
             message = f"No API endpoint at {request.path}."
