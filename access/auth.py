@@ -15,7 +15,14 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from common.errors import ApiError, ErrorCode
+from common.errors import (
+    ApiError,
+    ErrorCode,
+    Invalid,
+    OutOfScope,
+    PermissionDenied,
+    Unauthenticated,
+)
 
 from .keys import key_from_raw, prefix_of
 from .models import ApiKey
@@ -63,7 +70,7 @@ def principal(request: Request) -> Principal:
     """The principal DRF authenticated (every API view but /api/health has one)."""
     user = request.user
     if not isinstance(user, Principal):
-        raise ApiError(ErrorCode.UNAUTHENTICATED, "Send your API key in the X-API-Key header.")
+        raise Unauthenticated()
     return user
 
 
@@ -146,7 +153,7 @@ def agent_check(key: ApiKey, agent_id: str) -> str:
     if not agent_id:
         return agent_id
     if not AGENT_ID_RE.match(agent_id):
-        raise ApiError(ErrorCode.VALIDATION_ERROR, "Agent id: 1-128 chars of [A-Za-z0-9_.:@-].")
+        raise Invalid("Agent id: 1-128 chars of [A-Za-z0-9_.:@-].")
     if not key.allows_agent(agent_id):
         raise ApiError(ErrorCode.AGENT_NOT_ALLOWED, f"This key may not act as agent {agent_id!r}.")
     return agent_id
@@ -162,11 +169,7 @@ def agent_required(agent_id: str) -> None:
 def permission_check(key: ApiKey, permission: str) -> None:
     """403 PERMISSION_DENIED naming the permission the key lacks."""
     if not key.has_permission(permission):
-        raise ApiError(
-            ErrorCode.PERMISSION_DENIED,
-            f"This key lacks the {permission!r} permission.",
-            permission=permission,
-        )
+        raise PermissionDenied(permission)
 
 
 def scope_check(key: ApiKey, shard_ids: Iterable[str]) -> None:
@@ -174,13 +177,7 @@ def scope_check(key: ApiKey, shard_ids: Iterable[str]) -> None:
     key's scopes (its shard-id prefixes; none: every shard)."""
     outside = sorted({s for s in shard_ids if not key.allows_shard(s)})
     if outside:
-        raise ApiError(
-            ErrorCode.PERMISSION_DENIED,
-            f"This key may not touch {', '.join(map(repr, outside[:10]))} "
-            f"(scopes: {key.shard_prefixes}).",
-            permission="shard scope",
-            shard_ids=outside,
-        )
+        raise OutOfScope(outside, key.shard_prefixes)
 
 
 def sees_values(key: ApiKey) -> bool:
@@ -222,7 +219,7 @@ class ApiKeyAuthentication(BaseAuthentication):
         # Resolved, and counted against the key or the address, by RateLimitMiddleware.
         key = request_key(request._request)
         if key is None:
-            raise ApiError(ErrorCode.UNAUTHENTICATED, "Send your API key in the X-API-Key header.")
+            raise Unauthenticated()
         if isinstance(key, ApiError):
             raise authentication_refused(key, raw=request.META.get("HTTP_X_API_KEY", ""))
         agent_id = agent_check(key, request_agent_id(request._request))

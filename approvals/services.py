@@ -19,7 +19,7 @@ from access.auth import Actor
 from access.models import ApiKey
 from audit.chain import AuditWriter, audited_transaction, value_digest
 from audit.models import AuditAction
-from common.errors import ApiError, ErrorCode
+from common.errors import ApiError, ErrorCode, Invalid, PermissionDenied
 from common.events import send_event_on_commit
 from shards.models import Shard, ShardType
 from shards.rules import Exemption, WriteRules, owner_check
@@ -96,12 +96,11 @@ def decider_check(approval: Approval, decider: Decider) -> None:
             approval_id=approval.id,
         )
     if settings.ZEROLOCK_APPROVALS_DISTINCT_USERS and decider.user_id is None:
-        raise ApiError(
-            ErrorCode.PERMISSION_DENIED,
+        raise PermissionDenied(
+            "approval:decide by a user",
             "This server counts approvals by person (ZEROLOCK_APPROVALS_DISTINCT_USERS): "
             "decide in the console, or with a key that belongs to a user "
             "(manage.py createapikey --user NAME, or the key's User in the admin).",
-            permission="approval:decide by a user",
         )
 
 
@@ -117,15 +116,13 @@ def approval_request(
     key_name: str = "",
 ) -> Approval:
     if not MIN_TTL_SECONDS <= ttl_seconds <= MAX_TTL_SECONDS:
-        raise ApiError(
-            ErrorCode.VALIDATION_ERROR,
+        raise Invalid(
             f"ttl_seconds must be between {MIN_TTL_SECONDS} and {MAX_TTL_SECONDS}.",
             fields={"ttl_seconds": ["out of range"]},
         )
     shard = shard_get(shard_id)
     if shard.type != ShardType.DECISION:
-        raise ApiError(
-            ErrorCode.VALIDATION_ERROR,
+        raise Invalid(
             "Approvals gate decision shards; additive shards merge and are never approved.",
             fields={"shard_id": ["not a decision shard"]},
         )
@@ -177,8 +174,7 @@ def approval_decide(
     OCC function as a direct commit, in the same transaction."""
     reason = reason.strip()
     if not approve and not reason:
-        raise ApiError(
-            ErrorCode.VALIDATION_ERROR,
+        raise Invalid(
             "A rejection needs a reason.",
             fields={"reason": ["required"]},
         )

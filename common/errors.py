@@ -151,6 +151,140 @@ class ApiError(Exception):
         return envelope(self.code, self.message, **self.details)
 
 
+# --- the repeated refusals: one class, one message ---------------------------------
+
+
+class Invalid(ApiError):
+    """400 VALIDATION_ERROR: a field, parameter or header out of its rules."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(ErrorCode.VALIDATION_ERROR, message, **details)
+
+
+class MalformedUpdate(ApiError):
+    """400 MALFORMED_UPDATE: not a readable Yjs message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.MALFORMED_UPDATE, message)
+
+
+class UnsupportedDiff(ApiError):
+    """400 UNSUPPORTED_DIFF: an operation that does not fit the shard."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(ErrorCode.UNSUPPORTED_DIFF, message, **details)
+
+
+class Unauthenticated(ApiError):
+    """401 UNAUTHENTICATED: no API key, or (``unknown_key``) one that names no key."""
+
+    def __init__(self, *, unknown_key: bool = False) -> None:
+        message = (
+            "Unknown API key." if unknown_key else "Send your API key in the X-API-Key header."
+        )
+        super().__init__(ErrorCode.UNAUTHENTICATED, message)
+
+
+class KeyRevoked(ApiError):
+    """401 KEY_REVOKED. A stream that finds its key unusable mid-way cannot tell
+    revoked from expired, so it says both (``or_expired``)."""
+
+    def __init__(self, *, or_expired: bool = False) -> None:
+        message = "This API key has been revoked" + (" or has expired." if or_expired else ".")
+        super().__init__(ErrorCode.KEY_REVOKED, message)
+
+
+class KeyExpired(ApiError):
+    """401 KEY_EXPIRED."""
+
+    def __init__(self) -> None:
+        super().__init__(ErrorCode.KEY_EXPIRED, "This API key has expired.")
+
+
+class PermissionDenied(ApiError):
+    """403 PERMISSION_DENIED: the key lacks ``permission`` (``message`` when the
+    plain sentence would not say how to get it)."""
+
+    def __init__(self, permission: str, message: str = "", **details: Any) -> None:
+        message = message or f"This key lacks the {permission!r} permission."
+        super().__init__(ErrorCode.PERMISSION_DENIED, message, permission=permission, **details)
+
+
+class OutOfScope(PermissionDenied):
+    """403 PERMISSION_DENIED: shards outside the key's scopes (its shard prefixes)."""
+
+    def __init__(self, shard_ids: list[str], scopes: object) -> None:
+        shown = ", ".join(map(repr, shard_ids[:10]))
+        super().__init__(
+            "shard scope",
+            f"This key may not touch {shown} (scopes: {scopes}).",
+            shard_ids=shard_ids,
+        )
+
+
+class StaleVersion(ApiError):
+    """409 STALE_VERSION: ``expected_version`` is not current; the details say what is."""
+
+    def __init__(self, expected_version: int, current_version: int, **values: Any) -> None:
+        super().__init__(
+            ErrorCode.STALE_VERSION,
+            f"Version {expected_version} is not current (current is {current_version}).",
+            expected_version=expected_version,
+            current_version=current_version,
+            **values,
+        )
+
+
+class ShardNotFound(ApiError):
+    """404 SHARD_NOT_FOUND, the same everywhere a shard id names nothing."""
+
+    def __init__(self, shard_id: str, *, where: str = "", **details: Any) -> None:
+        message = f"{where}: no shard {shard_id!r}." if where else f"No shard {shard_id!r}."
+        if where:
+            details["at"] = where
+        super().__init__(ErrorCode.SHARD_NOT_FOUND, message, shard_id=shard_id, **details)
+
+
+class LeaseNotFound(ApiError):
+    """404 LEASE_NOT_FOUND: no live lease with this id."""
+
+    def __init__(self, lease_id: str) -> None:
+        super().__init__(
+            ErrorCode.LEASE_NOT_FOUND, f"No live lease {lease_id!r}.", lease_id=lease_id
+        )
+
+
+class ApprovalInvalid(ApiError):
+    """403 APPROVAL_INVALID: a commit's approval does not fit it (``reason``)."""
+
+    def __init__(self, reason: str, message: str, **details: Any) -> None:
+        super().__init__(ErrorCode.APPROVAL_INVALID, message, reason=reason, **details)
+
+
+class PayloadTooLarge(ApiError):
+    """413 PAYLOAD_TOO_LARGE: a request body, or one WebSocket message, over
+    ZEROLOCK_MAX_BODY_BYTES."""
+
+    def __init__(self, what: str = "Request body") -> None:
+        limit = settings.ZEROLOCK_MAX_BODY_BYTES
+        super().__init__(
+            ErrorCode.PAYLOAD_TOO_LARGE, f"{what} exceeds {limit} bytes.", limit_bytes=limit
+        )
+
+
+class RateLimited(ApiError):
+    """429 RATE_LIMITED: over ``limit`` requests a minute; ``retry_after`` seconds
+    is also the Retry-After header."""
+
+    def __init__(self, *, limit: int, who: str, retry_after: int | None) -> None:
+        super().__init__(
+            ErrorCode.RATE_LIMITED,
+            f"Rate limit of {limit} requests per minute exceeded for {who}; "
+            f"retry in {retry_after} s.",
+            retry_after=retry_after,
+        )
+
+
 def envelope(code: ErrorCode, message: str, **details: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **details}}
 
@@ -162,7 +296,7 @@ def internal_error() -> ApiError:
 
 def over_body_limit(size: int) -> bool:
     """The body rule: a request body, or one WebSocket message, of ``size``
-    bytes is past ZEROLOCK_MAX_BODY_BYTES (refused with ``payload_too_large``).
+    bytes is past ZEROLOCK_MAX_BODY_BYTES (refused with ``PayloadTooLarge``).
 
     Each web server calls it where the body arrives, and nowhere else: uvicorn
     in the WSGI bridge (zerolock_site/wsgi_bridge.py), Daphne in Twisted's
@@ -171,16 +305,8 @@ def over_body_limit(size: int) -> bool:
     return size > settings.ZEROLOCK_MAX_BODY_BYTES
 
 
-def payload_too_large(what: str = "Request body") -> ApiError:
-    """A request body, or one WebSocket message, over ZEROLOCK_MAX_BODY_BYTES."""
-    limit = settings.ZEROLOCK_MAX_BODY_BYTES
-    return ApiError(
-        ErrorCode.PAYLOAD_TOO_LARGE, f"{what} exceeds {limit} bytes.", limit_bytes=limit
-    )
-
-
 def too_large_envelope() -> dict[str, Any]:
-    return payload_too_large().envelope()
+    return PayloadTooLarge().envelope()
 
 
 def headers_too_large_envelope() -> dict[str, Any]:

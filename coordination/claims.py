@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from access.auth import Actor
-from common.errors import ApiError, ErrorCode
+from common.errors import ApiError, ErrorCode, ShardNotFound, UnsupportedDiff
 from metrics import record
 from shards.models import Shard, ShardType
 from shards.rules import WriteRules, rules_precheck
-from shards.selectors import ShardNotFound, shard_get
+from shards.selectors import shard_get
 from shards.writer import CommitResult, group_commit, version_write
 from shards.writetx import WriteTx
 
@@ -51,8 +51,7 @@ class Claim:
 
 
 def _not_a_queue(shard_id: str) -> ApiError:
-    return ApiError(
-        ErrorCode.UNSUPPORTED_DIFF,
+    return UnsupportedDiff(
         f"Claims are for decision shards whose value is an object of tasks; {shard_id!r} "
         "is not one.",
         shard_id=shard_id,

@@ -23,7 +23,7 @@ from django.utils import timezone
 from access.auth import Actor
 from audit.chain import AuditWriter
 from audit.models import AuditAction
-from common.errors import ApiError, ErrorCode
+from common.errors import ApiError, ErrorCode, Invalid, LeaseNotFound
 from common.inputs import is_json_integer
 from common.jsonpaths import path_delete
 from shards.models import Shard, ShardType
@@ -48,8 +48,7 @@ def lease_data(lease: Lease) -> dict[str, Any]:
 
 def _ttl(ttl_seconds: Any) -> int:
     if not is_json_integer(ttl_seconds) or not (MIN_TTL <= ttl_seconds <= MAX_TTL):
-        raise ApiError(
-            ErrorCode.VALIDATION_ERROR,
+        raise Invalid(
             f"ttl_seconds must be an integer from {MIN_TTL} to {MAX_TTL}.",
             fields={"ttl_seconds": ["out of range"]},
         )
@@ -84,7 +83,7 @@ def _held(lease_id: str, holder: str, key_prefix: str) -> Lease:
     caller's too."""
     lease = Lease.objects.filter(pk=lease_id, revoked=False).first()
     if lease is None or lease.expires_at <= timezone.now():
-        raise ApiError(ErrorCode.LEASE_NOT_FOUND, f"No live lease {lease_id!r}.", lease_id=lease_id)
+        raise LeaseNotFound(lease_id)
     lease_owner_check(lease, holder=holder, key_prefix=key_prefix)
     return lease
 
@@ -237,7 +236,7 @@ def lease_bind(
     belongs to this lease, which must be the caller's (agent and key)."""
     lease = Lease.objects.filter(pk=lease_id, revoked=False, expires_at__gt=timezone.now()).first()
     if lease is None:
-        raise ApiError(ErrorCode.LEASE_NOT_FOUND, f"No live lease {lease_id!r}.", lease_id=lease_id)
+        raise LeaseNotFound(lease_id)
     lease_owner_check(lease, holder=holder, key_prefix=key_prefix)
     LeaseBinding.objects.get_or_create(
         lease=lease, shard_id=shard.id, incarnation=shard.incarnation, path=path

@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 
 from access.auth import Actor, permission_check, scope_check
-from common.errors import ApiError, ErrorCode
+from common.errors import ApiError, Invalid, ShardNotFound, UnsupportedDiff
 from common.inputs import is_json_integer
 from common.jsonpaths import ABSENT as _ABSENT
 from common.jsonpaths import json_equal, json_less, path_delete, path_get, path_put
@@ -22,7 +22,7 @@ from shards import crdt
 from shards.additive import additive_apply_locked
 from shards.models import CrdtType, Shard, ShardType, is_shard_id
 from shards.rules import Additions, WriteRules, fence_parse, rules_check
-from shards.selectors import ShardNotFound, shard_current_value
+from shards.selectors import shard_current_value
 from shards.writer import group_commit, version_write
 from shards.writetx import WriteTx
 
@@ -35,7 +35,7 @@ WRITE_OPS = {"put", "delete", "append"}
 
 
 def invalid(message: str, **details: Any) -> ApiError:
-    return ApiError(ErrorCode.VALIDATION_ERROR, message, **details)
+    return Invalid(message, **details)
 
 
 # --- parsing: the whole body is checked before anything is read or written -----
@@ -289,8 +289,7 @@ def _run_op(op: Op, item: _Working, where: str, actor: Actor) -> dict[str, Any]:
     )
     if op.op == "append":
         if shard.type != ShardType.ADDITIVE or shard.crdt_type != CrdtType.ARRAY or op.path:
-            raise ApiError(
-                ErrorCode.UNSUPPORTED_DIFF,
+            raise UnsupportedDiff(
                 f"{where}: append is for additive array shards (no path).",
                 at=where,
             )
@@ -298,8 +297,7 @@ def _run_op(op: Op, item: _Working, where: str, actor: Actor) -> dict[str, Any]:
         item.changed = True
         return {"op": "append", "shard_id": shard.id}
     if shard.type != ShardType.DECISION:
-        raise ApiError(
-            ErrorCode.UNSUPPORTED_DIFF,
+        raise UnsupportedDiff(
             f"{where}: put and delete are for decision shards.",
             at=where,
         )

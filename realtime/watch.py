@@ -27,7 +27,7 @@ from django.conf import settings
 from access.auth import reads_check
 from access.handshakes import handshake_key
 from access.models import ApiKey
-from common.errors import ApiError, ErrorCode, internal_error
+from common.errors import ApiError, ErrorCode, KeyRevoked, Unauthenticated, internal_error
 from common.inputs import revision_param
 from coordination.watch import (
     WINDOW,
@@ -104,7 +104,7 @@ open_watches = OpenWatches()
 
 
 def key_invalid_error() -> ApiError:
-    return ApiError(ErrorCode.KEY_REVOKED, "This API key has been revoked or has expired.")
+    return KeyRevoked(or_expired=True)
 
 
 class _Stream:
@@ -163,9 +163,7 @@ class WatchEvents:
                 since = revision_param(resume, "Last-Event-ID")
             raw_key = headers.get(b"x-api-key", b"").decode("latin1")
             if not raw_key:
-                raise ApiError(
-                    ErrorCode.UNAUTHENTICATED, "Send your API key in the X-API-Key header."
-                )
+                raise Unauthenticated()
             key, start = await _open(scope, raw_key, prefix, since)
             open_watches.acquire(key.prefix)
         except ApiError as error:

@@ -40,13 +40,13 @@ from pycrdt.websocket.django_channels_consumer import YjsConsumer, _WebsocketShi
 from access.auth import Actor, agent_check, agent_required, permission_check, scope_check
 from access.handshakes import handshake_key
 from access.models import ApiKey
-from common.errors import ApiError, ErrorCode
+from common.errors import ApiError, ErrorCode, KeyRevoked, MalformedUpdate, ShardNotFound
 from realtime import push
 from realtime.consumers import LeanDispatch, agent_id_of, message_size_check, raw_key_of
 from realtime.keywatch import key_watch
 from shards import crdt, crdt_store
 from shards.models import Shard, ShardType
-from shards.selectors import ShardNotFound, shard_get
+from shards.selectors import shard_get
 from shards.services import additive_update_apply
 
 CLOSE_CODES = {400: 4400, 401: 4401, 403: 4403, 404: 4404, 413: 4413, 429: 4429}
@@ -80,7 +80,7 @@ def yjs_write_check(key_prefix: str, agent_id: str, shard_id: str) -> ApiKey:
     """Before each update: the key as it is NOW (not as it was at connect)."""
     key = ApiKey.objects.usable().filter(prefix=key_prefix).first()
     if key is None:
-        raise ApiError(ErrorCode.KEY_REVOKED, "This API key has been revoked or has expired.")
+        raise KeyRevoked(or_expired=True)
     yjs_access_check(key, agent_id, shard_id)
     permission_check(key, "shard:write")
     agent_required(agent_id)
@@ -171,7 +171,7 @@ class ShardYjsConsumer(LeanDispatch, push.BatchedPushes, YjsConsumer):
     async def _receive(self, text: str | None, message: bytes | None) -> None:
         message_size_check(text, message)
         if not message:
-            raise ApiError(ErrorCode.MALFORMED_UPDATE, "/ws/crdt/ takes binary Yjs messages.")
+            raise MalformedUpdate("/ws/crdt/ takes binary Yjs messages.")
         if message[0] == YMessageType.AWARENESS:
             # Presence (cursors, names): relayed, never stored.
             await self.channel_layer.group_send(
@@ -180,24 +180,24 @@ class ShardYjsConsumer(LeanDispatch, push.BatchedPushes, YjsConsumer):
             )
             return
         if message[0] != YMessageType.SYNC or len(message) < 2:
-            raise ApiError(ErrorCode.MALFORMED_UPDATE, f"Unknown Yjs message type {message[0]}.")
+            raise MalformedUpdate(f"Unknown Yjs message type {message[0]}.")
         if message[1] == YSyncMessageType.SYNC_STEP1:
             doc = await database_sync_to_async(stored_doc)(self.shard)
             try:
                 reply = handle_sync_message(message[1:], doc)
             except (ValueError, RuntimeError, IndexError) as exc:
-                raise ApiError(ErrorCode.MALFORMED_UPDATE, f"Bad sync step 1: {exc}") from exc
+                raise MalformedUpdate(f"Bad sync step 1: {exc}") from exc
             if reply is not None:
                 await self.send(bytes_data=reply)
             return
         if message[1] not in (YSyncMessageType.SYNC_STEP2, YSyncMessageType.SYNC_UPDATE):
-            raise ApiError(ErrorCode.MALFORMED_UPDATE, f"Unknown sync message type {message[1]}.")
+            raise MalformedUpdate(f"Unknown sync message type {message[1]}.")
         try:
             update = Decoder(message[2:]).read_message()
         except (ValueError, RuntimeError, IndexError) as exc:
-            raise ApiError(ErrorCode.MALFORMED_UPDATE, f"Cannot read the update: {exc}") from exc
+            raise MalformedUpdate(f"Cannot read the update: {exc}") from exc
         if update is None:
-            raise ApiError(ErrorCode.MALFORMED_UPDATE, "The update message is truncated.")
+            raise MalformedUpdate("The update message is truncated.")
         await database_sync_to_async(self._apply)(update)
 
     def _apply(self, update: bytes) -> None:

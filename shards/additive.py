@@ -12,13 +12,12 @@ from django.conf import settings
 
 from access.auth import Actor
 from common import hotsql
-from common.errors import ApiError, ErrorCode
+from common.errors import ApiError, ErrorCode, ShardNotFound
 from common.events import send_event_on_commit
 
 from . import crdt, crdt_store, crdt_update
 from .models import CrdtUpdate, Shard
 from .rules import Additions, WriteRules, fence_parse, rules_precheck
-from .selectors import ShardNotFound
 from .value_schema import additions_validate
 from .writer import CommitResult, group_commit, version_write, write_transaction
 from .writetx import WriteTx

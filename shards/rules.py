@@ -28,7 +28,7 @@ from typing import Any
 from access.auth import Actor
 from audit.chain import audited_transaction
 from audit.rejections import rejection_entry
-from common.errors import ApiError, ErrorCode
+from common.errors import ApiError, ApprovalInvalid, ErrorCode, Invalid, StaleVersion
 from common.events import send_event_on_commit
 from common.inputs import is_json_integer
 
@@ -146,17 +146,9 @@ def gate_check(
     commit at all (fail closed)."""
     if approval_id:
         if expected_version is None:
-            raise ApiError(
-                ErrorCode.APPROVAL_INVALID,
-                "Approvals apply to decision shards only.",
-                reason="NOT_APPLICABLE",
-            )
+            raise ApprovalInvalid("NOT_APPLICABLE", "Approvals apply to decision shards only.")
         if hooks.gate is None:
-            raise ApiError(
-                ErrorCode.APPROVAL_INVALID,
-                "No approval gate is installed on this server.",
-                reason="NO_GATE",
-            )
+            raise ApprovalInvalid("NO_GATE", "No approval gate is installed on this server.")
         hooks.gate.verify(
             approval_id=approval_id,
             shard_id=shard.id,
@@ -215,8 +207,7 @@ def fence_parse(raw: Any) -> int | None:
     if raw is None:
         return None
     if not is_json_integer(raw) or not 1 <= raw < 2**63:
-        raise ApiError(
-            ErrorCode.VALIDATION_ERROR,
+        raise Invalid(
             "fence must be a positive integer.",
             fields={"fence": ["invalid"]},
         )
@@ -245,13 +236,7 @@ def stale_error(actor: Actor, expected_version: int, current: Mapping[str, Any])
     """The OCC refusal: 409 STALE_VERSION with the winner (its value only to a key
     that may read it: ``Actor.sees_values``)."""
     values = {"current_value": current["value"]} if actor.sees_values else {}
-    return ApiError(
-        ErrorCode.STALE_VERSION,
-        f"Version {expected_version} is not current (current is {current['version']}).",
-        expected_version=expected_version,
-        current_version=current["version"],
-        **values,
-    )
+    return StaleVersion(expected_version, current["version"], **values)
 
 
 def conflict_told(actor: Actor, shard_id: str, current: Mapping[str, Any], rejected: Any) -> None:

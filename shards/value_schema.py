@@ -56,7 +56,7 @@ from jsonschema import FormatChecker, SchemaError, ValidationError, validators
 from jsonschema.exceptions import best_match
 
 from common.boundeddiff import json_too_deep
-from common.errors import ApiError, ErrorCode
+from common.errors import ApiError, ErrorCode, Invalid
 
 # Every keyword applied spends a step, and so does every item or property a
 # keyword walks (``items``, ``properties``, ...); each CLOCK_EVERY steps the
@@ -529,15 +529,14 @@ def _built(canonical: str, max_depth: int, max_branches: int) -> _Built:
 def _compiled(schema: Any) -> Any:
     """The safe validator of a schema, or 400 VALIDATION_ERROR."""
     if not isinstance(schema, dict | bool):
-        raise ApiError(ErrorCode.VALIDATION_ERROR, "value_schema must be a JSON Schema object.")
+        raise Invalid("value_schema must be a JSON Schema object.")
     try:
         canonical = json.dumps(schema, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
-        raise ApiError(ErrorCode.VALIDATION_ERROR, "value_schema is not JSON.") from None
+        raise Invalid("value_schema is not JSON.") from None
     max_bytes = settings.ZEROLOCK_SCHEMA_MAX_BYTES
     if len(canonical) > max_bytes:
-        raise ApiError(
-            ErrorCode.VALIDATION_ERROR,
+        raise Invalid(
             f"value_schema is {len(canonical)} bytes as compact JSON; at most {max_bytes} "
             "are accepted (ZEROLOCK_SCHEMA_MAX_BYTES).",
         )
@@ -597,9 +596,7 @@ def value_validate(schema: Any, value: Any) -> None:
     except (_Refused, referencing.exceptions.Unresolvable) as exc:
         # Only a stored schema the create-time checks never saw can get here.
         reason = exc.reason if isinstance(exc, _Refused) else "a reference does not resolve."
-        raise ApiError(
-            ErrorCode.VALIDATION_ERROR, f"The shard's value_schema is refused: {reason}"
-        ) from None
+        raise Invalid(f"The shard's value_schema is refused: {reason}") from None
     if error is not None:
         raise ApiError(
             ErrorCode.SCHEMA_VIOLATION,

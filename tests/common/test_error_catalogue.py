@@ -10,7 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import ApiError, ErrorCode
+from common.errors import (
+    ApiError,
+    ErrorCode,
+    KeyExpired,
+    KeyRevoked,
+    LeaseNotFound,
+    OutOfScope,
+    PermissionDenied,
+    RateLimited,
+    StaleVersion,
+    Unauthenticated,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_PACKAGES = (
@@ -91,7 +102,11 @@ def literal_codes() -> list[str]:
                 if name not in {"ApiError", "envelope"} and not in_error_class:
                     continue
                 code = code_argument(node)
-                if isinstance(code, ast.Constant) and isinstance(code.value, int | str):
+                if not isinstance(code, ast.Constant):
+                    continue
+                # A subclass may hand its parent another literal (OutOfScope: a permission).
+                named = code.value in set(ErrorCode) or not in_error_class
+                if isinstance(code.value, int) or (isinstance(code.value, str) and named):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
     return found
 
@@ -107,3 +122,75 @@ def test_the_literal_check_sees_a_literal_code() -> None:
         "400",
         "'BAD_REQUEST'",
     ]
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "wire"),
+    [
+        (
+            Unauthenticated(),
+            401,
+            {"code": "UNAUTHENTICATED", "message": "Send your API key in the X-API-Key header."},
+        ),
+        (
+            Unauthenticated(unknown_key=True),
+            401,
+            {"code": "UNAUTHENTICATED", "message": "Unknown API key."},
+        ),
+        (KeyRevoked(), 401, {"code": "KEY_REVOKED", "message": "This API key has been revoked."}),
+        (
+            KeyRevoked(or_expired=True),
+            401,
+            {"code": "KEY_REVOKED", "message": "This API key has been revoked or has expired."},
+        ),
+        (KeyExpired(), 401, {"code": "KEY_EXPIRED", "message": "This API key has expired."}),
+        (
+            PermissionDenied("shard:write"),
+            403,
+            {
+                "code": "PERMISSION_DENIED",
+                "message": "This key lacks the 'shard:write' permission.",
+                "permission": "shard:write",
+            },
+        ),
+        (
+            OutOfScope(["b1"], ["a"]),
+            403,
+            {
+                "code": "PERMISSION_DENIED",
+                "message": "This key may not touch 'b1' (scopes: ['a']).",
+                "permission": "shard scope",
+                "shard_ids": ["b1"],
+            },
+        ),
+        (
+            StaleVersion(2, 3),
+            409,
+            {
+                "code": "STALE_VERSION",
+                "message": "Version 2 is not current (current is 3).",
+                "expected_version": 2,
+                "current_version": 3,
+            },
+        ),
+        (
+            LeaseNotFound("l1"),
+            404,
+            {"code": "LEASE_NOT_FOUND", "message": "No live lease 'l1'.", "lease_id": "l1"},
+        ),
+        (
+            RateLimited(limit=5, who="key zl_ab", retry_after=7),
+            429,
+            {
+                "code": "RATE_LIMITED",
+                "message": "Rate limit of 5 requests per minute exceeded for key zl_ab; "
+                "retry in 7 s.",
+                "retry_after": 7,
+            },
+        ),
+    ],
+)
+def test_a_repeated_refusal_keeps_its_one_message(
+    error: ApiError, status: int, wire: dict[str, object]
+) -> None:
+    assert (error.status, error.envelope()) == (status, {"error": wire})
