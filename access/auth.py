@@ -13,8 +13,16 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from common.errors import ApiError
-from common.ids import is_agent_id
+from common.errors import (
+    ApiError,
+    ErrorCode,
+    Invalid,
+    KeyRevoked,
+    OutOfScope,
+    PermissionDenied,
+    Unauthenticated,
+)
+from common.ids import AGENT_ID_HELP, is_agent_id
 
 # Who acts lives in access.identity (free of DRF); the names stay importable from
 # here, where requests are authenticated into them.
@@ -31,7 +39,7 @@ def principal(request: Request) -> Principal:
     """The principal DRF authenticated (every API view but /api/health has one)."""
     user = request.user
     if not isinstance(user, Principal):
-        raise ApiError(401, "UNAUTHENTICATED", "Send your API key in the X-API-Key header.")
+        raise Unauthenticated()
     return user
 
 
@@ -48,7 +56,7 @@ def key_resolve(raw: str) -> ApiKey | ApiError:
 
 def key_invalid_error() -> ApiError:
     """What an open socket or stream is told when its key stopped being usable."""
-    return ApiError(401, "KEY_REVOKED", "This API key has been revoked or has expired.")
+    return KeyRevoked(or_expired=True)
 
 
 def key_current(prefix: str) -> ApiKey:
@@ -128,28 +136,23 @@ def agent_check(key: ApiKey, agent_id: str) -> str:
     if not agent_id:
         return agent_id
     if not is_agent_id(agent_id):
-        raise ApiError(400, "VALIDATION_ERROR", "Agent id: 1-128 chars of [A-Za-z0-9_.:@-].")
+        raise Invalid(f"Agent id: {AGENT_ID_HELP}.")
     if not key.allows_agent(agent_id):
-        raise ApiError(403, "AGENT_NOT_ALLOWED", f"This key may not act as agent {agent_id!r}.")
+        raise ApiError(ErrorCode.AGENT_NOT_ALLOWED, f"This key may not act as agent {agent_id!r}.")
     return agent_id
 
 
 def agent_required(agent_id: str) -> None:
     if not agent_id:
         raise ApiError(
-            400, "AGENT_ID_REQUIRED", "Writes need an agent id (X-Agent-Id, or ?agent_id=)."
+            ErrorCode.AGENT_ID_REQUIRED, "Writes need an agent id (X-Agent-Id, or ?agent_id=)."
         )
 
 
 def permission_check(key: ApiKey, permission: str) -> None:
     """403 PERMISSION_DENIED naming the permission the key lacks."""
     if not key.has_permission(permission):
-        raise ApiError(
-            403,
-            "PERMISSION_DENIED",
-            f"This key lacks the {permission!r} permission.",
-            permission=permission,
-        )
+        raise PermissionDenied(permission)
 
 
 def scope_check(key: ApiKey, shard_ids: Iterable[str]) -> None:
@@ -157,14 +160,7 @@ def scope_check(key: ApiKey, shard_ids: Iterable[str]) -> None:
     key's scopes (its shard-id prefixes; none: every shard)."""
     outside = sorted({s for s in shard_ids if not key.allows_shard(s)})
     if outside:
-        raise ApiError(
-            403,
-            "PERMISSION_DENIED",
-            f"This key may not touch {', '.join(map(repr, outside[:10]))} "
-            f"(scopes: {key.shard_prefixes}).",
-            permission="shard scope",
-            shard_ids=outside,
-        )
+        raise OutOfScope(outside, key.shard_prefixes)
 
 
 def reads_check(key: ApiKey, *, agent_id: str = "", shard_ids: Iterable[str] = ()) -> None:
@@ -198,7 +194,7 @@ class ApiKeyAuthentication(BaseAuthentication):
         # Resolved, and counted against the key or the address, by RateLimitMiddleware.
         key = request_key(request._request)
         if key is None:
-            raise ApiError(401, "UNAUTHENTICATED", "Send your API key in the X-API-Key header.")
+            raise Unauthenticated()
         if isinstance(key, ApiError):
             raise authentication_refused(key, raw=request.META.get("HTTP_X_API_KEY", ""))
         agent_id = agent_check(key, request_agent_id(request._request))

@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode
 
 from .auth import authentication_refused, key_resolve
 from .keys import split_raw_key
@@ -83,7 +83,7 @@ def handshake_key(*, scope: dict[str, Any], raw_key: str) -> ApiKey:
 
 def throttled() -> ApiError:
     return ApiError(
-        429, "RATE_LIMITED", "Too many failed handshakes from this address; retry later."
+        ErrorCode.RATE_LIMITED, "Too many failed handshakes from this address; retry later."
     )
 
 

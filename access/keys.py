@@ -13,7 +13,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from common.errors import ApiError
+from common.errors import KeyExpired, KeyRevoked, Unauthenticated
 from common.hotsql import instance_where
 
 from .models import ApiKey
@@ -96,11 +96,11 @@ def key_from_raw(raw: str) -> ApiKey:
         or key is None
         or not secrets.compare_digest(key.hashed_key, hash_secret(parts[1]))
     ):
-        raise ApiError(401, "UNAUTHENTICATED", "Unknown API key.")
+        raise Unauthenticated(unknown_key=True)
     if key.revoked:
-        raise ApiError(401, "KEY_REVOKED", "This API key has been revoked.")
+        raise KeyRevoked()
     if key.expires_at and key.expires_at <= timezone.now():
-        raise ApiError(401, "KEY_EXPIRED", "This API key has expired.")
+        raise KeyExpired()
     _touch(key)
     return key
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.core.cache import cache
 
-from common.errors import ApiError
+from common.errors import ApiError, RateLimited
 
 WINDOW_SECONDS = 60
 
@@ -230,10 +230,4 @@ def rate_limit_hit(*, identity: str, limit: int, now: float | None = None) -> Ra
 
 
 def rate_limited_error(state: RateState, who: str) -> ApiError:
-    return ApiError(
-        429,
-        "RATE_LIMITED",
-        f"Rate limit of {state.limit} requests per minute exceeded for {who}; "
-        f"retry in {state.retry_after} s.",
-        retry_after=state.retry_after,
-    )
+    return RateLimited(limit=state.limit, who=who, retry_after=state.retry_after)

@@ -9,7 +9,7 @@ from typing import Any
 from audit.chain import audited_transaction
 from audit.models import AuditAction
 from audit.rejections import rejections, storable_text
-from common.errors import ApiError
+from common.errors import Invalid
 from common.inputs import iso_time
 
 from .keys import generate_raw_key, key_cache
@@ -19,7 +19,7 @@ from .models import ApiKey, ApiKeyPermission
 def _known_permissions(permissions: list[str]) -> list[str]:
     unknown = sorted(set(permissions) - set(ApiKeyPermission.values))
     if unknown:
-        raise ApiError(400, "VALIDATION_ERROR", f"Unknown permissions: {', '.join(unknown)}")
+        raise Invalid(f"Unknown permissions: {', '.join(unknown)}")
     return sorted(set(permissions))
 
 

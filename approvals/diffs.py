@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.cache import cache
 
 from common.boundeddiff import BoundedDiff, DiffLimits, bounded_diff, json_too_deep
-from common.errors import ApiError
+from common.errors import Invalid
 from shards.models import Shard
 
 from .models import Approval
@@ -51,9 +51,7 @@ def proposed_value_check(value: Any) -> None:
     """400 for a value nested deeper than the console and the diff can show."""
     limit = settings.ZEROLOCK_APPROVAL_MAX_DEPTH
     if json_too_deep(value, limit):
-        raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+        raise Invalid(
             f"proposed_value is nested more than {limit} levels deep.",
             fields={"proposed_value": [f"nested more than {limit} levels deep"]},
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from audit.chain import value_digest
-from common.errors import ApiError
+from common.errors import ApiError, ApprovalInvalid
 
 from .models import Approval, ApprovalStatus
 
@@ -21,7 +21,7 @@ APPLICABLE = (ApprovalStatus.APPROVED, ApprovalStatus.APPROVED_STALE)
 
 
 def invalid(reason: str, message: str, **details: Any) -> ApiError:
-    return ApiError(403, "APPROVAL_INVALID", message, reason=reason, **details)
+    return ApprovalInvalid(reason, message, **details)
 
 
 def approval_verify(

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode
 from common.pages import FETCH_CHUNK
 from shards.models import Shard
 
@@ -88,7 +88,7 @@ def approval_get(approval_id: str) -> Approval:
     approval = Approval.objects.filter(pk=approval_id).first()
     if approval is None:
         raise ApiError(
-            404, "APPROVAL_NOT_FOUND", f"No approval {approval_id!r}.", approval_id=approval_id
+            ErrorCode.APPROVAL_NOT_FOUND, f"No approval {approval_id!r}.", approval_id=approval_id
         )
     return approval
 

@@ -19,7 +19,7 @@ from access.identity import Actor
 from access.models import ApiKey
 from audit.chain import AuditWriter, audited_transaction, value_digest
 from audit.models import AuditAction
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode, Invalid, PermissionDenied
 from common.events import send_event_on_commit
 from common.inputs import iso_time
 from shards.models import Shard, ShardType
@@ -92,19 +92,16 @@ def decider_check(approval: Approval, decider: Decider) -> None:
         or (decider.user_id is not None and decider.user_id == requester_user)
     ):
         raise ApiError(
-            403,
-            "SELF_APPROVAL",
+            ErrorCode.SELF_APPROVAL,
             "The requester cannot decide its own request.",
             approval_id=approval.id,
         )
     if settings.ZEROLOCK_APPROVALS_DISTINCT_USERS and decider.user_id is None:
-        raise ApiError(
-            403,
-            "PERMISSION_DENIED",
+        raise PermissionDenied(
+            "approval:decide by a user",
             "This server counts approvals by person (ZEROLOCK_APPROVALS_DISTINCT_USERS): "
             "decide in the console, or with a key that belongs to a user "
             "(manage.py createapikey --user NAME, or the key's User in the admin).",
-            permission="approval:decide by a user",
         )
 
 
@@ -120,17 +117,13 @@ def approval_request(
     key_name: str = "",
 ) -> Approval:
     if not MIN_TTL_SECONDS <= ttl_seconds <= MAX_TTL_SECONDS:
-        raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+        raise Invalid(
             f"ttl_seconds must be between {MIN_TTL_SECONDS} and {MAX_TTL_SECONDS}.",
             fields={"ttl_seconds": ["out of range"]},
         )
     shard = shard_get(shard_id)
     if shard.type != ShardType.DECISION:
-        raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+        raise Invalid(
             "Approvals gate decision shards; additive shards merge and are never approved.",
             fields={"shard_id": ["not a decision shard"]},
         )
@@ -182,8 +175,9 @@ def approval_decide(
     OCC function as a direct commit, in the same transaction."""
     reason = reason.strip()
     if not approve and not reason:
-        raise ApiError(
-            400, "VALIDATION_ERROR", "A rejection needs a reason.", fields={"reason": ["required"]}
+        raise Invalid(
+            "A rejection needs a reason.",
+            fields={"reason": ["required"]},
         )
     expired = False
     with write_transaction() as tx:
@@ -197,8 +191,7 @@ def approval_decide(
             expired = True
         elif approval.status != ApprovalStatus.PENDING:
             raise ApiError(
-                409,
-                "APPROVAL_NOT_PENDING",
+                ErrorCode.APPROVAL_NOT_PENDING,
                 f"Approval {approval_id} is already {approval.status}.",
                 current_status=approval.status,
             )
@@ -206,8 +199,7 @@ def approval_decide(
             _decide(tx, approval, decider, approve, reason)
     if expired:
         raise ApiError(
-            409,
-            "APPROVAL_EXPIRED",
+            ErrorCode.APPROVAL_EXPIRED,
             f"Approval {approval_id} expired at {iso_time(approval.expires_at)}.",
             expires_at=iso_time(approval.expires_at),
         )
@@ -221,8 +213,7 @@ def _decide(tx: WriteTx, approval: Approval, decider: Decider, approve: bool, re
     earlier = approval.decisions.filter(principal=decider.principal).first()
     if earlier is not None:
         raise ApiError(
-            409,
-            "ALREADY_DECIDED",
+            ErrorCode.ALREADY_DECIDED,
             f"{decider.principal} has already decided this request (as {earlier.decider}); "
             "a key or a person counts once, whatever agent id it acts as.",
             approval_id=approval.id,
@@ -283,10 +274,10 @@ def _apply(tx: WriteTx, approval: Approval, decider: Decider) -> dict[str, Any]:
     again now: an owner list or a schema changed since the request refuses the
     commit rather than slipping past it."""
     shard = Shard.objects.without_payload().filter(pk=approval.shard_id).first()
-    error = ""
+    error: str = ""
     result = None
     if shard is None:
-        error = "SHARD_NOT_FOUND"
+        error = ErrorCode.SHARD_NOT_FOUND
     else:
         actor = Actor(agent_id=approval.requested_by, key_prefix=approval.requested_key_prefix)
         try:
@@ -306,7 +297,7 @@ def _apply(tx: WriteTx, approval: Approval, decider: Decider) -> dict[str, Any]:
             error = refusal.code
         else:
             if result is None:
-                error = "STALE_VERSION"
+                error = ErrorCode.STALE_VERSION
     if result is None:
         current = (
             Shard.objects.filter(pk=approval.shard_id).values_list("version", flat=True).first()

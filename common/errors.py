@@ -1,33 +1,148 @@
 """The one error envelope: ``{"error": {"code", "message", ...details}}``.
 
-Every failure under ``/api/`` leaves through here: DRF exceptions through
-``api_exception_handler``, and whatever Django answers around DRF (unknown URL,
-a crash) through ``ApiErrorEnvelopeMiddleware``. A body past the limit never
-reaches Django: the web server refuses it (``over_body_limit``).
+Every failure under ``/api/`` leaves in this shape. This module is the domain
+part (the errors and their envelopes, nothing of DRF or Django views); the
+wiring that turns DRF exceptions and Django's own answers into it lives at the
+top, in zerolock_site/http_errors.py. A body past the limit never reaches
+Django: the web server refuses it (``over_body_limit``).
 """
 
 from __future__ import annotations
 
-import logging
+from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.views import defaults
-from rest_framework import exceptions as drf_exceptions
-from rest_framework.response import Response
 
-from common.paths import is_api_path
 
-logger = logging.getLogger(__name__)
+class ErrorCode(StrEnum):
+    """Every code the server sends, in an envelope or a WebSocket error frame
+    (docs/api.md, "Every error code"; tests/common/test_error_catalogue.py
+    holds the two to each other). A ``str``: ``code == "STALE_VERSION"`` holds
+    and the JSON is the name."""
+
+    AGENT_ID_REQUIRED = "AGENT_ID_REQUIRED"
+    AGENT_NOT_ALLOWED = "AGENT_NOT_ALLOWED"
+    ALREADY_DECIDED = "ALREADY_DECIDED"
+    APPROVAL_EXPIRED = "APPROVAL_EXPIRED"
+    APPROVAL_INVALID = "APPROVAL_INVALID"
+    APPROVAL_NOT_FOUND = "APPROVAL_NOT_FOUND"
+    APPROVAL_NOT_PENDING = "APPROVAL_NOT_PENDING"
+    APPROVAL_REQUIRED = "APPROVAL_REQUIRED"
+    BAD_REQUEST = "BAD_REQUEST"
+    COMPACTED = "COMPACTED"
+    ERROR = "ERROR"
+    FENCED = "FENCED"
+    HEADERS_TOO_LARGE = "HEADERS_TOO_LARGE"
+    IDEMPOTENCY_IN_PROGRESS = "IDEMPOTENCY_IN_PROGRESS"
+    IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+    KEY_EXPIRED = "KEY_EXPIRED"
+    KEY_REVOKED = "KEY_REVOKED"
+    LEASE_NOT_FOUND = "LEASE_NOT_FOUND"
+    MALFORMED_JSON = "MALFORMED_JSON"
+    MALFORMED_UPDATE = "MALFORMED_UPDATE"
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    NOT_ACCEPTABLE = "NOT_ACCEPTABLE"
+    NOT_ADDITIVE = "NOT_ADDITIVE"
+    NOT_AN_OWNER = "NOT_AN_OWNER"
+    NOT_FOUND = "NOT_FOUND"
+    NOTHING_TO_CLAIM = "NOTHING_TO_CLAIM"
+    PATH_CONFLICT = "PATH_CONFLICT"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    RATE_LIMITED = "RATE_LIMITED"
+    READ_SET_STALE = "READ_SET_STALE"
+    REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
+    SCHEMA_TOO_COSTLY = "SCHEMA_TOO_COSTLY"
+    SCHEMA_VIOLATION = "SCHEMA_VIOLATION"
+    SELF_APPROVAL = "SELF_APPROVAL"
+    SERVER_BUSY = "SERVER_BUSY"
+    SHARD_EXISTS = "SHARD_EXISTS"
+    SHARD_NOT_FOUND = "SHARD_NOT_FOUND"
+    SHARD_TOO_LARGE = "SHARD_TOO_LARGE"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    STALE_VERSION = "STALE_VERSION"
+    TOO_MANY_SUBSCRIPTIONS = "TOO_MANY_SUBSCRIPTIONS"
+    TOO_MANY_WATCHES = "TOO_MANY_WATCHES"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    UNSUPPORTED_DIFF = "UNSUPPORTED_DIFF"
+    UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+    UNSUPPORTED_MESSAGE = "UNSUPPORTED_MESSAGE"
+    UNSUPPORTED_UPDATE = "UNSUPPORTED_UPDATE"
+    VALIDATION_ERROR = "VALIDATION_ERROR"
+
+    @property
+    def status(self) -> int:
+        """The one HTTP status this code is sent with. ``ERROR`` has none: it
+        stands for a refusal with no more specific code and keeps that refusal's
+        status (DRF's or Django's), so nothing raises it as an ApiError."""
+        try:
+            return _STATUSES[self]
+        except KeyError:
+            raise ValueError(f"{self} has no status of its own") from None
+
+
+_STATUSES: dict[ErrorCode, int] = {
+    ErrorCode.AGENT_ID_REQUIRED: 400,
+    ErrorCode.AGENT_NOT_ALLOWED: 403,
+    ErrorCode.ALREADY_DECIDED: 409,
+    ErrorCode.APPROVAL_EXPIRED: 409,
+    ErrorCode.APPROVAL_INVALID: 403,
+    ErrorCode.APPROVAL_NOT_FOUND: 404,
+    ErrorCode.APPROVAL_NOT_PENDING: 409,
+    ErrorCode.APPROVAL_REQUIRED: 403,
+    ErrorCode.BAD_REQUEST: 400,
+    ErrorCode.COMPACTED: 410,
+    ErrorCode.FENCED: 409,
+    ErrorCode.HEADERS_TOO_LARGE: 431,
+    ErrorCode.IDEMPOTENCY_IN_PROGRESS: 409,
+    ErrorCode.IDEMPOTENCY_KEY_REUSED: 422,
+    ErrorCode.INTERNAL_ERROR: 500,
+    ErrorCode.KEY_EXPIRED: 401,
+    ErrorCode.KEY_REVOKED: 401,
+    ErrorCode.LEASE_NOT_FOUND: 404,
+    ErrorCode.MALFORMED_JSON: 400,
+    ErrorCode.MALFORMED_UPDATE: 400,
+    ErrorCode.METHOD_NOT_ALLOWED: 405,
+    ErrorCode.NOT_ACCEPTABLE: 406,
+    ErrorCode.NOT_ADDITIVE: 400,
+    ErrorCode.NOT_AN_OWNER: 403,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.NOTHING_TO_CLAIM: 404,
+    ErrorCode.PATH_CONFLICT: 400,
+    ErrorCode.PAYLOAD_TOO_LARGE: 413,
+    ErrorCode.PERMISSION_DENIED: 403,
+    ErrorCode.RATE_LIMITED: 429,
+    ErrorCode.READ_SET_STALE: 409,
+    ErrorCode.REQUEST_TIMEOUT: 408,
+    ErrorCode.SCHEMA_TOO_COSTLY: 400,
+    ErrorCode.SCHEMA_VIOLATION: 400,
+    ErrorCode.SELF_APPROVAL: 403,
+    ErrorCode.SERVER_BUSY: 503,
+    ErrorCode.SHARD_EXISTS: 409,
+    ErrorCode.SHARD_NOT_FOUND: 404,
+    ErrorCode.SHARD_TOO_LARGE: 413,
+    ErrorCode.SHUTTING_DOWN: 503,
+    ErrorCode.STALE_VERSION: 409,
+    ErrorCode.TOO_MANY_SUBSCRIPTIONS: 400,
+    ErrorCode.TOO_MANY_WATCHES: 429,
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.UNSUPPORTED_DIFF: 400,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
+    ErrorCode.UNSUPPORTED_MESSAGE: 400,
+    ErrorCode.UNSUPPORTED_UPDATE: 400,
+    ErrorCode.VALIDATION_ERROR: 400,
+}
 
 
 class ApiError(Exception):
-    """A domain error with its HTTP status, contract code and extra details."""
+    """A domain error: its contract code (which fixes the HTTP status), message
+    and extra details."""
 
-    def __init__(self, status: int, code: str, message: str, **details: Any) -> None:
+    def __init__(self, code: ErrorCode, message: str, **details: Any) -> None:
         super().__init__(message)
-        self.status = status
+        self.status = code.status
         self.code = code
         self.message = message
         self.details = details
@@ -36,72 +151,152 @@ class ApiError(Exception):
         return envelope(self.code, self.message, **self.details)
 
 
-def envelope(code: str, message: str, **details: Any) -> dict[str, Any]:
+# --- the repeated refusals: one class, one message ---------------------------------
+
+
+class Invalid(ApiError):
+    """400 VALIDATION_ERROR: a field, parameter or header out of its rules."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(ErrorCode.VALIDATION_ERROR, message, **details)
+
+
+class MalformedUpdate(ApiError):
+    """400 MALFORMED_UPDATE: not a readable Yjs message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.MALFORMED_UPDATE, message)
+
+
+class UnsupportedDiff(ApiError):
+    """400 UNSUPPORTED_DIFF: an operation that does not fit the shard."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(ErrorCode.UNSUPPORTED_DIFF, message, **details)
+
+
+class Unauthenticated(ApiError):
+    """401 UNAUTHENTICATED: no API key, or (``unknown_key``) one that names no key."""
+
+    def __init__(self, *, unknown_key: bool = False) -> None:
+        message = (
+            "Unknown API key." if unknown_key else "Send your API key in the X-API-Key header."
+        )
+        super().__init__(ErrorCode.UNAUTHENTICATED, message)
+
+
+class KeyRevoked(ApiError):
+    """401 KEY_REVOKED. A stream that finds its key unusable mid-way cannot tell
+    revoked from expired, so it says both (``or_expired``)."""
+
+    def __init__(self, *, or_expired: bool = False) -> None:
+        message = "This API key has been revoked" + (" or has expired." if or_expired else ".")
+        super().__init__(ErrorCode.KEY_REVOKED, message)
+
+
+class KeyExpired(ApiError):
+    """401 KEY_EXPIRED."""
+
+    def __init__(self) -> None:
+        super().__init__(ErrorCode.KEY_EXPIRED, "This API key has expired.")
+
+
+class PermissionDenied(ApiError):
+    """403 PERMISSION_DENIED: the key lacks ``permission`` (``message`` when the
+    plain sentence would not say how to get it)."""
+
+    def __init__(self, permission: str, message: str = "", **details: Any) -> None:
+        message = message or f"This key lacks the {permission!r} permission."
+        super().__init__(ErrorCode.PERMISSION_DENIED, message, permission=permission, **details)
+
+
+class OutOfScope(PermissionDenied):
+    """403 PERMISSION_DENIED: shards outside the key's scopes (its shard prefixes)."""
+
+    def __init__(self, shard_ids: list[str], scopes: object) -> None:
+        shown = ", ".join(map(repr, shard_ids[:10]))
+        super().__init__(
+            "shard scope",
+            f"This key may not touch {shown} (scopes: {scopes}).",
+            shard_ids=shard_ids,
+        )
+
+
+class StaleVersion(ApiError):
+    """409 STALE_VERSION: ``expected_version`` is not current; the details say what is."""
+
+    def __init__(self, expected_version: int, current_version: int, **values: Any) -> None:
+        super().__init__(
+            ErrorCode.STALE_VERSION,
+            f"Version {expected_version} is not current (current is {current_version}).",
+            expected_version=expected_version,
+            current_version=current_version,
+            **values,
+        )
+
+
+class ShardNotFound(ApiError):
+    """404 SHARD_NOT_FOUND, the same everywhere a shard id names nothing."""
+
+    def __init__(self, shard_id: str, *, where: str = "", **details: Any) -> None:
+        message = f"{where}: no shard {shard_id!r}." if where else f"No shard {shard_id!r}."
+        if where:
+            details["at"] = where
+        super().__init__(ErrorCode.SHARD_NOT_FOUND, message, shard_id=shard_id, **details)
+
+
+class LeaseNotFound(ApiError):
+    """404 LEASE_NOT_FOUND: no live lease with this id."""
+
+    def __init__(self, lease_id: str) -> None:
+        super().__init__(
+            ErrorCode.LEASE_NOT_FOUND, f"No live lease {lease_id!r}.", lease_id=lease_id
+        )
+
+
+class ApprovalInvalid(ApiError):
+    """403 APPROVAL_INVALID: a commit's approval does not fit it (``reason``)."""
+
+    def __init__(self, reason: str, message: str, **details: Any) -> None:
+        super().__init__(ErrorCode.APPROVAL_INVALID, message, reason=reason, **details)
+
+
+class PayloadTooLarge(ApiError):
+    """413 PAYLOAD_TOO_LARGE: a request body, or one WebSocket message, over
+    ZEROLOCK_MAX_BODY_BYTES."""
+
+    def __init__(self, what: str = "Request body") -> None:
+        limit = settings.ZEROLOCK_MAX_BODY_BYTES
+        super().__init__(
+            ErrorCode.PAYLOAD_TOO_LARGE, f"{what} exceeds {limit} bytes.", limit_bytes=limit
+        )
+
+
+class RateLimited(ApiError):
+    """429 RATE_LIMITED: over ``limit`` requests a minute; ``retry_after`` seconds
+    is also the Retry-After header."""
+
+    def __init__(self, *, limit: int, who: str, retry_after: int | None) -> None:
+        super().__init__(
+            ErrorCode.RATE_LIMITED,
+            f"Rate limit of {limit} requests per minute exceeded for {who}; "
+            f"retry in {retry_after} s.",
+            retry_after=retry_after,
+        )
+
+
+def envelope(code: ErrorCode, message: str, **details: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **details}}
-
-
-_DRF_CODES: list[tuple[type[Exception], str]] = [
-    (drf_exceptions.ParseError, "MALFORMED_JSON"),
-    (drf_exceptions.NotAuthenticated, "UNAUTHENTICATED"),
-    (drf_exceptions.AuthenticationFailed, "UNAUTHENTICATED"),
-    (drf_exceptions.PermissionDenied, "PERMISSION_DENIED"),
-    (drf_exceptions.NotFound, "NOT_FOUND"),
-    (drf_exceptions.MethodNotAllowed, "METHOD_NOT_ALLOWED"),
-    (drf_exceptions.NotAcceptable, "NOT_ACCEPTABLE"),
-    (drf_exceptions.UnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE"),
-    (drf_exceptions.Throttled, "RATE_LIMITED"),
-    (drf_exceptions.ValidationError, "VALIDATION_ERROR"),
-]
-
-
-def _first_message(detail: Any) -> str:
-    if isinstance(detail, dict):
-        for field, value in detail.items():
-            inner = _first_message(value)
-            return inner if field == "non_field_errors" else f"{field}: {inner}"
-    if isinstance(detail, list) and detail:
-        return _first_message(detail[0])
-    return str(detail)
-
-
-def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    if isinstance(exc, Http404):  # raised by Django or DRF machinery, not by our views
-        exc = drf_exceptions.NotFound()
-    if isinstance(exc, ApiError):
-        response = Response(exc.envelope(), status=exc.status)
-        if exc.status == 401:
-            response["WWW-Authenticate"] = "X-API-Key"
-        if exc.status == 429:
-            response["Retry-After"] = str(exc.details["retry_after"])
-        return response
-    if isinstance(exc, drf_exceptions.APIException):
-        code = next((c for cls, c in _DRF_CODES if isinstance(exc, cls)), "ERROR")
-        if code == "MALFORMED_JSON":
-            message = f"Request body is not valid JSON: {exc.detail}"
-        else:
-            message = _first_message(exc.detail)
-        details: dict[str, Any] = {}
-        if isinstance(exc, drf_exceptions.ValidationError):
-            details["fields"] = exc.detail
-        response = Response(envelope(code, message, **details), status=exc.status_code)
-        auth_header = getattr(exc, "auth_header", None)
-        if auth_header:
-            response["WWW-Authenticate"] = auth_header
-        wait = getattr(exc, "wait", None)
-        if wait:
-            response["Retry-After"] = str(int(wait))
-        return response
-    return None
 
 
 def internal_error() -> ApiError:
     """What any unexpected failure under /api/ answers: no traceback, no detail."""
-    return ApiError(500, "INTERNAL_ERROR", "Internal server error.")
+    return ApiError(ErrorCode.INTERNAL_ERROR, "Internal server error.")
 
 
 def over_body_limit(size: int) -> bool:
     """The body rule: a request body, or one WebSocket message, of ``size``
-    bytes is past ZEROLOCK_MAX_BODY_BYTES (refused with ``payload_too_large``).
+    bytes is past ZEROLOCK_MAX_BODY_BYTES (refused with ``PayloadTooLarge``).
 
     Each web server calls it where the body arrives, and nowhere else: uvicorn
     in the WSGI bridge (zerolock_site/wsgi_bridge.py), Daphne in Twisted's
@@ -110,20 +305,14 @@ def over_body_limit(size: int) -> bool:
     return size > settings.ZEROLOCK_MAX_BODY_BYTES
 
 
-def payload_too_large(what: str = "Request body") -> ApiError:
-    """A request body, or one WebSocket message, over ZEROLOCK_MAX_BODY_BYTES."""
-    limit = settings.ZEROLOCK_MAX_BODY_BYTES
-    return ApiError(413, "PAYLOAD_TOO_LARGE", f"{what} exceeds {limit} bytes.", limit_bytes=limit)
-
-
 def too_large_envelope() -> dict[str, Any]:
-    return payload_too_large().envelope()
+    return PayloadTooLarge().envelope()
 
 
 def headers_too_large_envelope() -> dict[str, Any]:
     limit = settings.ZEROLOCK_MAX_HEAD_BYTES
     return envelope(
-        "HEADERS_TOO_LARGE",
+        ErrorCode.HEADERS_TOO_LARGE,
         f"The request line and headers exceed {limit} bytes.",
         limit_bytes=limit,
     )
@@ -132,7 +321,7 @@ def headers_too_large_envelope() -> dict[str, Any]:
 def request_timeout_envelope() -> dict[str, Any]:
     timeout = settings.ZEROLOCK_HEAD_TIMEOUT_SECONDS
     return envelope(
-        "REQUEST_TIMEOUT",
+        ErrorCode.REQUEST_TIMEOUT,
         f"The request line and headers did not arrive within {timeout:g} s.",
         timeout_seconds=timeout,
     )
@@ -145,76 +334,4 @@ def server_busy_envelope(*, per_address: bool) -> dict[str, Any]:
     else:
         limit = settings.ZEROLOCK_MAX_CONNECTIONS
         message = f"This server process already holds {limit} connections."
-    return envelope("SERVER_BUSY", f"{message} Retry shortly.", limit=limit, retry_after=1)
-
-
-_STATUS_CODES = {
-    400: "BAD_REQUEST",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    405: "METHOD_NOT_ALLOWED",
-    413: "PAYLOAD_TOO_LARGE",
-}
-
-
-class ApiErrorEnvelopeMiddleware:
-    """Keeps ``/api/`` answers JSON even where DRF never ran: an unknown path, a
-    CSRF refusal or an unexpected crash.
-
-    Deliberately sync-only and innermost (see MIDDLEWARE in settings)."""
-
-    def __init__(self, get_response: Any) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self._after(request, self.get_response(request))
-
-    def _after(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
-        if not is_api_path(request.path):
-            return response
-        if response.status_code < 400 or _is_json(response):
-            return response
-        status = response.status_code
-        code = _STATUS_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "ERROR")
-        message = response.reason_phrase or "Error"
-        if status == 404:
-            message = f"No API endpoint at {request.path}."
-        replacement = JsonResponse(envelope(code, message), status=status)
-        for header in ("Allow", "Retry-After", "WWW-Authenticate"):
-            if response.has_header(header):
-                replacement[header] = response[header]
-        return replacement
-
-    def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
-        if not is_api_path(request.path):
-            return None
-        logger.exception("Unhandled error on %s %s", request.method, request.path)
-        return JsonResponse(internal_error().envelope(), status=500)
-
-
-def _is_json(response: HttpResponse) -> bool:
-    return response.get("Content-Type", "").startswith("application/json")
-
-
-# Django's error handlers (urls.py handler400/403/404/500): they answer for
-# failures in the middleware outside ApiErrorEnvelopeMiddleware (a disallowed
-# host, a crash in the session or CSRF layer), where the middleware never runs.
-def _api_or(default: Any, status: int) -> Any:
-    def handler(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-        if is_api_path(request.path):
-            if status == 500:
-                return JsonResponse(internal_error().envelope(), status=500)
-            code = _STATUS_CODES[status]
-            return JsonResponse(
-                envelope(code, f"{code.replace('_', ' ').capitalize()}."), status=status
-            )
-        return default(request) if status == 500 else default(request, exception)
-
-    return handler
-
-
-handler400 = _api_or(defaults.bad_request, 400)
-handler403 = _api_or(defaults.permission_denied, 403)
-handler404 = _api_or(defaults.page_not_found, 404)
-handler500 = _api_or(defaults.server_error, 500)
+    return envelope(ErrorCode.SERVER_BUSY, f"{message} Retry shortly.", limit=limit, retry_after=1)

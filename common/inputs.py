@@ -37,7 +37,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-from common.errors import ApiError
+from common.errors import ApiError, Invalid
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -72,9 +72,7 @@ def json_depth_check(raw: bytes, max_depth: int) -> int:
             if depth > deepest:
                 deepest = depth
                 if depth > max_depth:
-                    raise ApiError(
-                        400,
-                        "VALIDATION_ERROR",
+                    raise Invalid(
                         f"JSON is nested too deep: at most {max_depth} levels.",
                         max_depth=max_depth,
                     )
@@ -86,9 +84,7 @@ def json_depth_check(raw: bytes, max_depth: int) -> int:
 def _int64(text: str) -> int:
     value = int(text)
     if not INT64_MIN <= value <= INT64_MAX:
-        raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+        raise Invalid(
             f"Integer out of range: JSON integers must fit in 64 bits "
             f"({INT64_MIN} to {INT64_MAX}).",
         )
@@ -111,9 +107,7 @@ def string_check(text: str) -> None:
     PostgreSQL's jsonb cannot store (one rule on both backends, so a value valid
     on SQLite is valid on PostgreSQL). REST bodies and Yjs updates alike."""
     if "\x00" in text:
-        raise ApiError(
-            400, "VALIDATION_ERROR", "Strings may not contain the NUL character (\\u0000)."
-        )
+        raise Invalid("Strings may not contain the NUL character (\\u0000).")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -133,9 +127,7 @@ def utf8_string_check(raw: bytes) -> str:
 
 
 def _not_unicode() -> ApiError:
-    return ApiError(
-        400,
-        "VALIDATION_ERROR",
+    return Invalid(
         "Strings must be valid Unicode: a lone surrogate (like \\ud800) is refused.",
     )
 
@@ -145,9 +137,7 @@ def finite_check(number: float, shown: str) -> None:
     has no spelling for them (``1e400`` parses as one), no JSON encoder or
     PostgreSQL's jsonb can write them back, and the API would answer null."""
     if not math.isfinite(number):
-        raise ApiError(
-            400, "VALIDATION_ERROR", f"Number out of range: {shown[:40]} (numbers are finite)."
-        )
+        raise Invalid(f"Number out of range: {shown[:40]} (numbers are finite).")
 
 
 def _strings_check(data: Any) -> None:
@@ -303,9 +293,7 @@ def revision_param(raw: str, name: str) -> int:
     """A revision sent as text (query string, Last-Event-ID): ASCII digits that
     fit in 64 bits."""
     if not _ASCII_DIGITS.fullmatch(raw) or int(raw) > INT64_MAX:
-        raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+        raise Invalid(
             f"{name} must be a revision (a non-negative 64-bit integer).",
         )
     return int(raw)
@@ -322,7 +310,7 @@ def parsed(serializer_class: type, data: Any) -> dict[str, Any]:
     Validation keeps nothing between calls but ``initial_data``, which
     ``validate()`` may read and which is set here for each call."""
     if not isinstance(data, dict):
-        raise ApiError(400, "VALIDATION_ERROR", "Expected a JSON object.")
+        raise Invalid("Expected a JSON object.")
     by_class = _reused.__dict__.setdefault("by_class", {})
     serializer = by_class.get(serializer_class)
     if serializer is None:

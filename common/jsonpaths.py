@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .errors import ApiError
+from .errors import ApiError, ErrorCode
 
 # What a path that leads nowhere finds (None is a value).
 ABSENT: Any = object()
@@ -39,7 +39,7 @@ def path_put(value: Any, path: tuple[Any, ...], new: Any, where: str) -> Any:
         value = {}
     if not isinstance(value, dict) or not isinstance(head, str):
         raise ApiError(
-            400, "PATH_CONFLICT", f"{where}: the path goes through a non-object.", at=where
+            ErrorCode.PATH_CONFLICT, f"{where}: the path goes through a non-object.", at=where
         )
     value[head] = path_put(value.get(head, _ABSENT), rest, new, where)
     return value

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from access.identity import Actor
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode, ShardNotFound, UnsupportedDiff
 from metrics import record
 from shards.models import Shard, ShardType
 from shards.rules import WriteRules, rules_precheck
-from shards.selectors import ShardNotFound, shard_get
+from shards.selectors import shard_get
 from shards.writer import CommitResult, group_commit, version_write
 from shards.writetx import WriteTx
 
@@ -51,9 +51,7 @@ class Claim:
 
 
 def _not_a_queue(shard_id: str) -> ApiError:
-    return ApiError(
-        400,
-        "UNSUPPORTED_DIFF",
+    return UnsupportedDiff(
         f"Claims are for decision shards whose value is an object of tasks; {shard_id!r} "
         "is not one.",
         shard_id=shard_id,
@@ -92,8 +90,7 @@ def task_claim(
         # The version read tells the caller how far the queue had got (a watch
         # from it hears of tasks put back).
         raise ApiError(
-            404,
-            "NOTHING_TO_CLAIM",
+            ErrorCode.NOTHING_TO_CLAIM,
             f"No task in {shard_id!r} matches where.",
             shard_id=shard_id,
             version=claim,

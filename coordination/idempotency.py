@@ -26,7 +26,7 @@ from django.utils import timezone
 from access.auth import request_principal
 from access.identity import Principal
 from common.db import sqlite_writer_queue
-from common.errors import envelope
+from common.errors import ErrorCode, envelope
 from common.paths import is_api_path
 from coordination.models import IdempotencyRecord
 
@@ -35,8 +35,8 @@ WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 MAX_KEY = 255
 
 
-def _error(status: int, code: str, message: str) -> JsonResponse:
-    return JsonResponse(envelope(code, message), status=status)
+def _error(code: ErrorCode, message: str) -> JsonResponse:
+    return JsonResponse(envelope(code, message), status=code.status)
 
 
 def record_scope(who: Principal) -> str:
@@ -59,7 +59,7 @@ class IdempotencyMiddleware:
             return self.get_response(request)
         if not key or len(key) > MAX_KEY:
             return _error(
-                400, "VALIDATION_ERROR", f"Idempotency-Key must be 1-{MAX_KEY} characters."
+                ErrorCode.VALIDATION_ERROR, f"Idempotency-Key must be 1-{MAX_KEY} characters."
             )
         who = request_principal(request)
         if who is None:
@@ -88,14 +88,12 @@ class IdempotencyMiddleware:
                 record = IdempotencyRecord.objects.get(scope=scope, key=key)
         if record.request_hash != digest:
             return _error(
-                422,
-                "IDEMPOTENCY_KEY_REUSED",
+                ErrorCode.IDEMPOTENCY_KEY_REUSED,
                 "This Idempotency-Key was used with a different request.",
             )
         if record.status is None:
             return _error(
-                409,
-                "IDEMPOTENCY_IN_PROGRESS",
+                ErrorCode.IDEMPOTENCY_IN_PROGRESS,
                 "The first request with this Idempotency-Key is still running; retry shortly.",
             )
         replay = HttpResponse(

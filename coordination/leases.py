@@ -23,7 +23,7 @@ from django.utils import timezone
 from access.identity import Actor
 from audit.chain import AuditWriter
 from audit.models import AuditAction
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode, Invalid, LeaseNotFound
 from common.inputs import is_json_integer, iso_time
 from common.jsonpaths import path_delete
 from shards.models import Shard, ShardType
@@ -48,9 +48,7 @@ def lease_data(lease: Lease) -> dict[str, Any]:
 
 def _ttl(ttl_seconds: Any) -> int:
     if not is_json_integer(ttl_seconds) or not (MIN_TTL <= ttl_seconds <= MAX_TTL):
-        raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+        raise Invalid(
             f"ttl_seconds must be an integer from {MIN_TTL} to {MAX_TTL}.",
             fields={"ttl_seconds": ["out of range"]},
         )
@@ -84,7 +82,7 @@ def lease_live(lease_id: str) -> Lease:
     the one answer to "is this lease live?" for keep-alive, revoke and binding."""
     lease = Lease.objects.live().filter(pk=lease_id).first()
     if lease is None:
-        raise ApiError(404, "LEASE_NOT_FOUND", f"No live lease {lease_id!r}.", lease_id=lease_id)
+        raise LeaseNotFound(lease_id)
     return lease
 
 
@@ -101,8 +99,7 @@ def lease_owner_check(lease: Lease, *, holder: str, key_prefix: str) -> None:
     """Only the holding agent, through the key that took the lease, may use it."""
     if lease.holder != holder or lease.key_prefix != key_prefix:
         raise ApiError(
-            403,
-            "PERMISSION_DENIED",
+            ErrorCode.PERMISSION_DENIED,
             f"Lease {lease.id} is held by another agent or key: only its holder may use it.",
         )
 

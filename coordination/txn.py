@@ -13,7 +13,7 @@ from django.conf import settings
 
 from access.auth import permission_check, scope_check
 from access.identity import Actor
-from common.errors import ApiError
+from common.errors import ApiError, Invalid, ShardNotFound, UnsupportedDiff
 from common.ids import is_shard_id
 from common.inputs import is_json_integer
 from common.jsonpaths import ABSENT as _ABSENT
@@ -24,7 +24,7 @@ from shards import crdt
 from shards.additive import additive_apply_locked
 from shards.models import CrdtType, Shard, ShardType
 from shards.rules import Additions, WriteRules, fence_parse, rules_check
-from shards.selectors import ShardNotFound, shard_current_value
+from shards.selectors import shard_current_value
 from shards.writer import group_commit, version_write
 from shards.writetx import WriteTx
 
@@ -37,7 +37,7 @@ WRITE_OPS = {"put", "delete", "append"}
 
 
 def invalid(message: str, **details: Any) -> ApiError:
-    return ApiError(400, "VALIDATION_ERROR", message, **details)
+    return Invalid(message, **details)
 
 
 # --- parsing: the whole body is checked before anything is read or written -----
@@ -291,9 +291,7 @@ def _run_op(op: Op, item: _Working, where: str, actor: Actor) -> dict[str, Any]:
     )
     if op.op == "append":
         if shard.type != ShardType.ADDITIVE or shard.crdt_type != CrdtType.ARRAY or op.path:
-            raise ApiError(
-                400,
-                "UNSUPPORTED_DIFF",
+            raise UnsupportedDiff(
                 f"{where}: append is for additive array shards (no path).",
                 at=where,
             )
@@ -301,8 +299,9 @@ def _run_op(op: Op, item: _Working, where: str, actor: Actor) -> dict[str, Any]:
         item.changed = True
         return {"op": "append", "shard_id": shard.id}
     if shard.type != ShardType.DECISION:
-        raise ApiError(
-            400, "UNSUPPORTED_DIFF", f"{where}: put and delete are for decision shards.", at=where
+        raise UnsupportedDiff(
+            f"{where}: put and delete are for decision shards.",
+            at=where,
         )
     if op.op == "put":
         item.value = path_put(item.value, op.path, op.value, where)

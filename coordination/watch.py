@@ -17,7 +17,7 @@ from django.db.models.functions import Cast, Length
 from access.auth import reads_check
 from access.models import ApiKey
 from audit.models import AuditAction, AuditEntry
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode
 from common.inputs import iso_time, revision_param
 from common.prefixes import prefix_q
 
@@ -54,8 +54,7 @@ def watch_check(*, prefix: str, since: int, key: ApiKey) -> None:
     oldest = AuditEntry.objects.order_by("id").values_list("id", flat=True).first()
     if oldest is not None and since < oldest - 1:
         raise ApiError(
-            410,
-            "COMPACTED",
+            ErrorCode.COMPACTED,
             f"History before revision {oldest} is no longer held; watch from {oldest - 1} or later.",
             oldest_revision=oldest,
         )

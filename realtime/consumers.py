@@ -18,7 +18,13 @@ from django.conf import settings
 from access.auth import agent_check, can_watch, permission_check, reads_check, scope_check
 from access.handshakes import handshake_blocked, handshake_key
 from access.keys import split_raw_key
-from common.errors import ApiError, over_body_limit, payload_too_large
+from common.errors import (
+    ApiError,
+    ErrorCode,
+    Invalid,
+    PayloadTooLarge,
+    over_body_limit,
+)
 from common.ids import is_shard_id
 from coordination.watch import watch_start
 from metrics import record
@@ -80,7 +86,7 @@ def message_size_check(text_data: str | None, bytes_data: bytes | None) -> None:
         if not over_body_limit(size):
             size = len(text_data.encode())
     if over_body_limit(size):
-        raise payload_too_large("A WebSocket message")
+        raise PayloadTooLarge("A WebSocket message")
 
 
 class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer):
@@ -161,7 +167,7 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
             except (ValueError, RecursionError):
                 content = None
             if content is None:
-                raise ApiError(400, "VALIDATION_ERROR", "Send JSON text frames.")
+                raise Invalid("Send JSON text frames.")
         except ApiError as error:
             await self.send_json({"type": "error", **error.envelope()["error"]})
             return
@@ -179,7 +185,7 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
             elif kind == "watch":
                 await self.watch(content)
             else:
-                raise ApiError(400, "UNSUPPORTED_MESSAGE", f"Unknown message type {kind!r}.")
+                raise ApiError(ErrorCode.UNSUPPORTED_MESSAGE, f"Unknown message type {kind!r}.")
         except ApiError as error:
             await self.send_json({"type": "error", **error.envelope()["error"]})
 
@@ -207,9 +213,7 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
             since is not None
             and (not isinstance(since, int) or isinstance(since, bool) or since < 0)
         ):
-            raise ApiError(
-                400, "VALIDATION_ERROR", "watch takes a prefix string and a since revision."
-            )
+            raise Invalid("watch takes a prefix string and a since revision.")
         key = self.key
         assert key is not None  # set before the socket was accepted
         since = await database_sync_to_async(watch_start)(key=key, prefix=prefix, since=since)
@@ -281,8 +285,7 @@ def subscription_cap_check(held: int, adding: int) -> None:
     cap = settings.ZEROLOCK_MAX_SUBSCRIPTIONS_PER_SOCKET
     if held + adding > cap:
         raise ApiError(
-            400,
-            "TOO_MANY_SUBSCRIPTIONS",
+            ErrorCode.TOO_MANY_SUBSCRIPTIONS,
             f"A socket holds at most {cap} subscriptions ({held} held, {adding} new).",
             limit=cap,
             subscriptions=held,
@@ -297,9 +300,7 @@ def subscription_ids(content: dict[str, Any], key: Any) -> list[str]:
         or not 0 < len(shard_ids) <= MAX_SUBSCRIBE
         or not all(is_shard_id(s) for s in shard_ids)
     ):
-        raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+        raise Invalid(
             f"shard_ids must be a list of 1-{MAX_SUBSCRIBE} shard ids.",
         )
     if key is not None:

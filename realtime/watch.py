@@ -27,7 +27,7 @@ from django.conf import settings
 from access.auth import key_invalid_error, reads_check
 from access.handshakes import handshake_key
 from access.models import ApiKey
-from common.errors import ApiError, internal_error
+from common.errors import ApiError, ErrorCode, Unauthenticated, internal_error
 from common.inputs import revision_param
 from coordination.watch import (
     WINDOW,
@@ -81,8 +81,7 @@ class OpenWatches:
         held = self._open.get(key_prefix, 0)
         if held >= limit:
             raise ApiError(
-                429,
-                "TOO_MANY_WATCHES",
+                ErrorCode.TOO_MANY_WATCHES,
                 f"This key already has {held} watches open here (at most {limit}); "
                 "close one, or watch a wider prefix with one stream.",
                 limit=limit,
@@ -118,7 +117,7 @@ class _Stream:
             self.end(key_invalid_error())
         else:
             self.end(
-                ApiError(403, "PERMISSION_DENIED", reason or "This watch is no longer allowed.")
+                ApiError(ErrorCode.PERMISSION_DENIED, reason or "This watch is no longer allowed.")
             )
 
     async def key_changed(self, key: ApiKey) -> None:
@@ -153,14 +152,14 @@ class WatchEvents:
         query = parse_qs(scope.get("query_string", b"").decode("latin1"))
         try:
             if scope["method"] != "GET":
-                raise ApiError(405, "METHOD_NOT_ALLOWED", "Watch with GET.")
+                raise ApiError(ErrorCode.METHOD_NOT_ALLOWED, "Watch with GET.")
             prefix, since = parse_watch_params(query)
             resume = headers.get(b"last-event-id", b"").decode("latin1")
             if resume:
                 since = revision_param(resume, "Last-Event-ID")
             raw_key = headers.get(b"x-api-key", b"").decode("latin1")
             if not raw_key:
-                raise ApiError(401, "UNAUTHENTICATED", "Send your API key in the X-API-Key header.")
+                raise Unauthenticated()
             key, start = await _open(scope, raw_key, prefix, since)
             open_watches.acquire(key.prefix)
         except ApiError as error:

@@ -41,13 +41,13 @@ from access.auth import agent_required, key_current, permission_check, reads_che
 from access.handshakes import handshake_key
 from access.identity import Actor
 from access.models import ApiKey
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode, MalformedUpdate, ShardNotFound
 from realtime import push
 from realtime.consumers import LeanDispatch, agent_id_of, message_size_check, raw_key_of
 from realtime.keywatch import key_watch
 from shards import crdt, crdt_store
 from shards.models import Shard, ShardType
-from shards.selectors import ShardNotFound, shard_get
+from shards.selectors import shard_get
 from shards.services import additive_update_apply
 
 CLOSE_CODES = {400: 4400, 401: 4401, 403: 4403, 404: 4404, 413: 4413, 429: 4429}
@@ -63,8 +63,7 @@ def yjs_open(
     shard = shard_get(shard_id, payload=False)
     if shard.type != ShardType.ADDITIVE:
         raise ApiError(
-            400,
-            "NOT_ADDITIVE",
+            ErrorCode.NOT_ADDITIVE,
             f"Shard {shard_id!r} is a {shard.type} shard: only additive shards sync over "
             "/ws/crdt/; commit to it with POST /api/shards/{id}/commit.",
             shard_id=shard_id,
@@ -166,7 +165,7 @@ class ShardYjsConsumer(LeanDispatch, push.BatchedPushes, YjsConsumer):
     async def _receive(self, text: str | None, message: bytes | None) -> None:
         message_size_check(text, message)
         if not message:
-            raise ApiError(400, "MALFORMED_UPDATE", "/ws/crdt/ takes binary Yjs messages.")
+            raise MalformedUpdate("/ws/crdt/ takes binary Yjs messages.")
         if message[0] == YMessageType.AWARENESS:
             # Presence (cursors, names): relayed, never stored.
             await self.channel_layer.group_send(
@@ -175,24 +174,24 @@ class ShardYjsConsumer(LeanDispatch, push.BatchedPushes, YjsConsumer):
             )
             return
         if message[0] != YMessageType.SYNC or len(message) < 2:
-            raise ApiError(400, "MALFORMED_UPDATE", f"Unknown Yjs message type {message[0]}.")
+            raise MalformedUpdate(f"Unknown Yjs message type {message[0]}.")
         if message[1] == YSyncMessageType.SYNC_STEP1:
             doc = await database_sync_to_async(stored_doc)(self.shard)
             try:
                 reply = handle_sync_message(message[1:], doc)
             except (ValueError, RuntimeError, IndexError) as exc:
-                raise ApiError(400, "MALFORMED_UPDATE", f"Bad sync step 1: {exc}") from exc
+                raise MalformedUpdate(f"Bad sync step 1: {exc}") from exc
             if reply is not None:
                 await self.send(bytes_data=reply)
             return
         if message[1] not in (YSyncMessageType.SYNC_STEP2, YSyncMessageType.SYNC_UPDATE):
-            raise ApiError(400, "MALFORMED_UPDATE", f"Unknown sync message type {message[1]}.")
+            raise MalformedUpdate(f"Unknown sync message type {message[1]}.")
         try:
             update = Decoder(message[2:]).read_message()
         except (ValueError, RuntimeError, IndexError) as exc:
-            raise ApiError(400, "MALFORMED_UPDATE", f"Cannot read the update: {exc}") from exc
+            raise MalformedUpdate(f"Cannot read the update: {exc}") from exc
         if update is None:
-            raise ApiError(400, "MALFORMED_UPDATE", "The update message is truncated.")
+            raise MalformedUpdate("The update message is truncated.")
         await database_sync_to_async(self._apply)(update)
 
     def _apply(self, update: bytes) -> None:

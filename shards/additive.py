@@ -12,13 +12,12 @@ from django.conf import settings
 
 from access.identity import Actor
 from common import hotsql
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode, ShardNotFound
 from common.events import send_event_on_commit
 
 from . import crdt, crdt_store, crdt_update
 from .models import CrdtUpdate, Shard
 from .rules import Additions, WriteRules, fence_parse, rules_precheck
-from .selectors import ShardNotFound
 from .value_schema import additions_validate
 from .writer import CommitResult, group_commit, version_write, write_transaction
 from .writetx import WriteTx
@@ -177,8 +176,7 @@ def shard_size_check(shard_id: str, size: int) -> None:
     limit = settings.ZEROLOCK_MAX_SHARD_BYTES
     if size > limit:
         raise ApiError(
-            413,
-            "SHARD_TOO_LARGE",
+            ErrorCode.SHARD_TOO_LARGE,
             f"Shard {shard_id!r} would hold {size} bytes (its Yjs document, encoded); "
             f"an additive shard holds at most {limit}.",
             shard_id=shard_id,

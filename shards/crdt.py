@@ -18,7 +18,7 @@ from typing import Any
 import pycrdt
 from django.conf import settings
 
-from common.errors import ApiError
+from common.errors import ApiError, Invalid, MalformedUpdate, UnsupportedDiff
 from common.inputs import is_json_integer
 
 from . import crdt_update
@@ -53,7 +53,7 @@ def additions(op: AdditiveOp) -> Any:
 
 
 def unsupported(message: str) -> ApiError:
-    return ApiError(400, "UNSUPPORTED_DIFF", message)
+    return UnsupportedDiff(message)
 
 
 def initial_json(crdt_type: str, value: Any) -> Any:
@@ -62,9 +62,7 @@ def initial_json(crdt_type: str, value: Any) -> Any:
     if value is None:
         return empty()
     if not isinstance(value, empty):
-        raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+        raise Invalid(
             f"initial_value of a {crdt_type} shard must be {empty.__name__ if empty is not str else 'a string'}.",
         )
     return value
@@ -120,9 +118,7 @@ def parse_op(crdt_type: str, body: dict[str, Any]) -> AdditiveOp:
     max_edits = settings.ZEROLOCK_MAX_DELTA_EDITS
     if edits > max_edits:
         # Each edit costs pycrdt a walk over the Text (see _apply_delta).
-        raise ApiError(
-            400,
-            "UNSUPPORTED_DIFF",
+        raise UnsupportedDiff(
             f"This delta makes {edits} edits (runs of inserts and deletes between "
             f"retains); a delta makes at most {max_edits}: send it in parts, or "
             "replace a whole span as one edit.",
@@ -201,7 +197,7 @@ def apply_update(
     try:
         doc.apply_update(update)
     except ValueError as exc:
-        raise ApiError(400, "MALFORMED_UPDATE", f"Not a Yjs update: {exc}") from exc
+        raise MalformedUpdate(f"Not a Yjs update: {exc}") from exc
     finally:
         doc.unobserve(on_doc)
         if on_root is not None:

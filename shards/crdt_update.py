@@ -44,7 +44,7 @@ from bisect import bisect_right
 
 from django.conf import settings
 
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode, Invalid, MalformedUpdate
 from common.inputs import (
     NotJson,
     finite_check,
@@ -86,11 +86,11 @@ _IN_ROOT, _IN_TYPE, _BESIDE = 0, 1, 2
 
 
 def unsupported_update(message: str, **details: object) -> ApiError:
-    return ApiError(400, "UNSUPPORTED_UPDATE", message, **details)
+    return ApiError(ErrorCode.UNSUPPORTED_UPDATE, message, **details)
 
 
 def _truncated() -> ApiError:
-    return ApiError(400, "MALFORMED_UPDATE", "Not a Yjs update: it ends inside a part.")
+    return MalformedUpdate("Not a Yjs update: it ends inside a part.")
 
 
 class _Reader:
@@ -186,14 +186,12 @@ class _Reader:
                 inner = max(inner, self.skip_any(depth + 1, max_depth))
             return inner + 1
         else:
-            raise ApiError(400, "MALFORMED_UPDATE", f"Not a Yjs update: unknown value tag {tag}.")
+            raise MalformedUpdate(f"Not a Yjs update: unknown value tag {tag}.")
         return 0
 
 
 def too_deep(max_depth: int) -> ApiError:
-    return ApiError(
-        400,
-        "VALIDATION_ERROR",
+    return Invalid(
         f"A value in the update is nested too deep: the shard's value nests at most "
         f"{max_depth} levels.",
         max_depth=max_depth,
@@ -302,9 +300,7 @@ class _Items:
                     base = 1 - step  # the root's children sit at level 1
                     break
                 if levels[named] == -1:
-                    raise ApiError(
-                        400,
-                        "MALFORMED_UPDATE",
+                    raise MalformedUpdate(
                         "Not a Yjs update: its items name each other as parent or origin "
                         "in a circle.",
                     )
@@ -376,7 +372,7 @@ def _item_check(
             try:
                 json_body_loads(raw)  # REST's rules for strings and numbers
             except NotJson as exc:
-                raise ApiError(400, "MALFORMED_UPDATE", f"Not a Yjs update: {exc}") from None
+                raise MalformedUpdate(f"Not a Yjs update: {exc}") from None
     elif kind == _STRING:
         text = reader.string()
         # Clocks count UTF-16 code units, as Yjs does.
@@ -394,7 +390,7 @@ def _item_check(
         for _ in range(length):
             depth = max(depth, reader.skip_any(1, max_depth))
     else:
-        raise ApiError(400, "MALFORMED_UPDATE", f"Not a Yjs update: unknown content kind {kind}.")
+        raise MalformedUpdate(f"Not a Yjs update: unknown content kind {kind}.")
     items.add(client, clock, length, ref, depth, kind == _TYPE)
     return length
 

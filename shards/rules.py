@@ -28,7 +28,7 @@ from typing import Any
 from access.identity import Actor
 from audit.chain import audited_transaction
 from audit.rejections import rejection_entry
-from common.errors import ApiError
+from common.errors import ApiError, ApprovalInvalid, ErrorCode, Invalid, StaleVersion
 from common.events import send_event_on_commit
 from common.inputs import INT64_MAX, is_json_integer
 
@@ -103,7 +103,7 @@ class Refusal(ApiError):
     record in the batch, so the refusal is on the chain like a commit."""
 
     def __init__(self, error: ApiError, record: dict[str, Any]) -> None:
-        super().__init__(error.status, error.code, error.message, **error.details)
+        super().__init__(error.code, error.message, **error.details)
         self.record = record
 
 
@@ -126,7 +126,9 @@ def refused(error: ApiError, *, actor: Actor, shard_id: str, expected: object) -
 def owner_check(shard: Shard, agent_id: str) -> None:
     if shard.owner_policy == OwnerPolicy.OWNERS_ONLY and agent_id not in shard.owners:
         raise ApiError(
-            403, "NOT_AN_OWNER", f"Only the owners of {shard.id!r} may commit.", owners=shard.owners
+            ErrorCode.NOT_AN_OWNER,
+            f"Only the owners of {shard.id!r} may commit.",
+            owners=shard.owners,
         )
 
 
@@ -144,19 +146,9 @@ def gate_check(
     commit at all (fail closed)."""
     if approval_id:
         if expected_version is None:
-            raise ApiError(
-                403,
-                "APPROVAL_INVALID",
-                "Approvals apply to decision shards only.",
-                reason="NOT_APPLICABLE",
-            )
+            raise ApprovalInvalid("NOT_APPLICABLE", "Approvals apply to decision shards only.")
         if hooks.gate is None:
-            raise ApiError(
-                403,
-                "APPROVAL_INVALID",
-                "No approval gate is installed on this server.",
-                reason="NO_GATE",
-            )
+            raise ApprovalInvalid("NO_GATE", "No approval gate is installed on this server.")
         hooks.gate.verify(
             approval_id=approval_id,
             shard_id=shard.id,
@@ -167,8 +159,7 @@ def gate_check(
         return
     if not shard.reversible:
         raise ApiError(
-            403,
-            "APPROVAL_REQUIRED",
+            ErrorCode.APPROVAL_REQUIRED,
             f"Shard {shard.id!r} is irreversible: request an approval first "
             "(POST /api/approvals/request).",
             shard_id=shard.id,
@@ -205,8 +196,7 @@ def read_set_check(read_set: Mapping[str, int] | None) -> None:
     stale = read_set_stale_entries(read_set or {})
     if stale:
         raise ApiError(
-            409,
-            "READ_SET_STALE",
+            ErrorCode.READ_SET_STALE,
             "Shards this decision was based on have moved on.",
             stale=stale,
         )
@@ -223,9 +213,7 @@ def fence_parse(raw: Any) -> int | None:
     if raw is None:
         return None
     if not is_json_integer(raw) or not FENCE_MIN <= raw <= FENCE_MAX:
-        raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+        raise Invalid(
             "fence must be a positive integer.",
             fields={"fence": ["invalid"]},
         )
@@ -241,8 +229,7 @@ def fence_check(*, shard_ids: set[str], fence: int | None) -> None:
         seen = Shard.objects.filter(pk=shard_id).values_list("fence", flat=True).first()
         if seen is not None and fence < seen:
             raise ApiError(
-                409,
-                "FENCED",
+                ErrorCode.FENCED,
                 f"Fence {fence} is older than {seen}, the newest holder's on {shard_id!r}.",
                 shard_id=shard_id,
                 fence=fence,
@@ -255,14 +242,7 @@ def stale_error(actor: Actor, expected_version: int, current: Mapping[str, Any])
     """The OCC refusal: 409 STALE_VERSION with the winner (its value only to a key
     that may read it: ``Actor.sees_values``)."""
     values = {"current_value": current["value"]} if actor.sees_values else {}
-    return ApiError(
-        409,
-        "STALE_VERSION",
-        f"Version {expected_version} is not current (current is {current['version']}).",
-        expected_version=expected_version,
-        current_version=current["version"],
-        **values,
-    )
+    return StaleVersion(expected_version, current["version"], **values)
 
 
 def conflict_told(actor: Actor, shard_id: str, current: Mapping[str, Any], rejected: Any) -> None:

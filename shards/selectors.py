@@ -5,20 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from common import hotsql
-from common.errors import ApiError
+from common.errors import ShardNotFound
 
 from . import crdt_store
 from .models import Shard, ShardType
-
-
-class ShardNotFound(ApiError):
-    """404 SHARD_NOT_FOUND, the same everywhere a shard id names nothing."""
-
-    def __init__(self, shard_id: str, *, where: str = "", **details: Any) -> None:
-        message = f"{where}: no shard {shard_id!r}." if where else f"No shard {shard_id!r}."
-        if where:
-            details["at"] = where
-        super().__init__(404, "SHARD_NOT_FOUND", message, shard_id=shard_id, **details)
 
 
 def shard_get(shard_id: str, *, payload: bool = True) -> Shard:

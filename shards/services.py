@@ -19,7 +19,7 @@ from access.identity import Actor
 from audit.chain import audited_transaction
 from audit.models import AuditAction
 from audit.rejections import rejections
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode, Invalid
 from common.events import send_event_on_commit
 
 from . import crdt, crdt_store
@@ -79,20 +79,18 @@ def shard_create(
     crdt_state = None
     if shard_type == ShardType.ADDITIVE:
         if crdt_type is None:
-            raise ApiError(
-                400, "VALIDATION_ERROR", "Additive shards need crdt_type: map, array or text."
-            )
+            raise Invalid("Additive shards need crdt_type: map, array or text.")
         initial_value = crdt.initial_json(crdt_type, initial_value)
         crdt_state = crdt.new_state(crdt_type, initial_value)
         shard_size_check(shard_id, len(crdt_state))
     elif crdt_type is not None:
-        raise ApiError(400, "VALIDATION_ERROR", "crdt_type is only for additive shards.")
+        raise Invalid("crdt_type is only for additive shards.")
     schema_check(value_schema)
     value_validate(value_schema, initial_value)
     with audited_transaction() as audit:
         if Shard.objects.filter(pk=shard_id).exists():
             raise ApiError(
-                409, "SHARD_EXISTS", f"Shard {shard_id!r} already exists.", shard_id=shard_id
+                ErrorCode.SHARD_EXISTS, f"Shard {shard_id!r} already exists.", shard_id=shard_id
             )
         now = timezone.now()
         shard = Shard.objects.create(

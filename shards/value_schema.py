@@ -56,7 +56,7 @@ from jsonschema import FormatChecker, SchemaError, ValidationError, validators
 from jsonschema.exceptions import best_match
 
 from common.boundeddiff import json_too_deep
-from common.errors import ApiError
+from common.errors import ApiError, ErrorCode, Invalid
 
 # Every keyword applied spends a step, and so does every item or property a
 # keyword walks (``items``, ``properties``, ...); each CLOCK_EVERY steps the
@@ -103,7 +103,7 @@ class _Refused(Exception):
     """The schema cannot be used safely; ``reason`` says why (no outside content),
     ``code`` is the refusal's error code."""
 
-    def __init__(self, reason: str, code: str = "VALIDATION_ERROR") -> None:
+    def __init__(self, reason: str, code: ErrorCode = ErrorCode.VALIDATION_ERROR) -> None:
         super().__init__(reason)
         self.reason = reason
         self.code = code
@@ -442,7 +442,7 @@ def _width_check(nodes: list[Node], specification: Any) -> None:
                 "at one place in the value (ZEROLOCK_SCHEMA_MAX_BRANCHES), and every item "
                 "below that place would pay for all of them; use enum for a long list of "
                 "values, or split the shard.",
-                code="SCHEMA_TOO_COSTLY",
+                code=ErrorCode.SCHEMA_TOO_COSTLY,
             )
 
 
@@ -529,16 +529,14 @@ def _built(canonical: str, max_depth: int, max_branches: int) -> _Built:
 def _compiled(schema: Any) -> Any:
     """The safe validator of a schema, or 400 VALIDATION_ERROR."""
     if not isinstance(schema, dict | bool):
-        raise ApiError(400, "VALIDATION_ERROR", "value_schema must be a JSON Schema object.")
+        raise Invalid("value_schema must be a JSON Schema object.")
     try:
         canonical = json.dumps(schema, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
-        raise ApiError(400, "VALIDATION_ERROR", "value_schema is not JSON.") from None
+        raise Invalid("value_schema is not JSON.") from None
     max_bytes = settings.ZEROLOCK_SCHEMA_MAX_BYTES
     if len(canonical) > max_bytes:
-        raise ApiError(
-            400,
-            "VALIDATION_ERROR",
+        raise Invalid(
             f"value_schema is {len(canonical)} bytes as compact JSON; at most {max_bytes} "
             "are accepted (ZEROLOCK_SCHEMA_MAX_BYTES).",
         )
@@ -546,7 +544,7 @@ def _compiled(schema: Any) -> Any:
         canonical, settings.ZEROLOCK_SCHEMA_MAX_DEPTH, settings.ZEROLOCK_SCHEMA_MAX_BRANCHES
     )
     if built.refusal is not None:
-        raise ApiError(400, built.refusal.code, f"value_schema is refused: {built.refusal.reason}")
+        raise ApiError(built.refusal.code, f"value_schema is refused: {built.refusal.reason}")
     return built.validator
 
 
@@ -582,8 +580,7 @@ def value_validate(schema: Any, value: Any) -> None:
     except _TooCostly:
         budget_ms = settings.ZEROLOCK_SCHEMA_BUDGET_MS
         raise ApiError(
-            400,
-            "SCHEMA_TOO_COSTLY",
+            ErrorCode.SCHEMA_TOO_COSTLY,
             "Validating this value against the shard's value_schema needs more than "
             f"{budget_ms} ms of CPU (ZEROLOCK_SCHEMA_BUDGET_MS); nothing was written. "
             "Send a smaller value, or simplify the schema.",
@@ -591,8 +588,7 @@ def value_validate(schema: Any, value: Any) -> None:
         ) from None
     except RecursionError:
         raise ApiError(
-            400,
-            "SCHEMA_VIOLATION",
+            ErrorCode.SCHEMA_VIOLATION,
             "Value could not be validated against the shard's value_schema: it nests too deep.",
             path=[],
             validator="$ref",
@@ -600,13 +596,10 @@ def value_validate(schema: Any, value: Any) -> None:
     except (_Refused, referencing.exceptions.Unresolvable) as exc:
         # Only a stored schema the create-time checks never saw can get here.
         reason = exc.reason if isinstance(exc, _Refused) else "a reference does not resolve."
-        raise ApiError(
-            400, "VALIDATION_ERROR", f"The shard's value_schema is refused: {reason}"
-        ) from None
+        raise Invalid(f"The shard's value_schema is refused: {reason}") from None
     if error is not None:
         raise ApiError(
-            400,
-            "SCHEMA_VIOLATION",
+            ErrorCode.SCHEMA_VIOLATION,
             f"Value does not match the shard's value_schema: {error.message}",
             path=list(error.absolute_path),
             validator=error.validator,

@@ -15,7 +15,7 @@ from access.identity import sees_values
 from audit.models import AuditEntry
 from common import pages
 from common.api import ApiView
-from common.errors import ApiError
+from common.errors import Invalid
 from common.inputs import parsed
 from common.openapi import CONFLICT, PREFER_PARAMETERS
 from common.prefer import write_answer
@@ -124,7 +124,7 @@ class ShardCommitView(ApiView):
         shard = services.shard_get(shard_id, payload=False)
         if shard.type == ShardType.ADDITIVE:
             if not isinstance(request.data, dict):
-                raise ApiError(400, "VALIDATION_ERROR", "Expected a JSON object.")
+                raise Invalid("Expected a JSON object.")
             result = services.additive_commit(
                 actor=principal(request).actor, shard=shard, body=request.data
             )

@@ -35,7 +35,7 @@ from audit.chain import audited_transaction
 from audit.models import AuditAction
 from audit.rejections import rejection_entry
 from common import hotsql
-from common.errors import ApiError
+from common.errors import ApiError, ShardNotFound
 from common.events import send_event_on_commit
 from metrics.models import CommitSample
 from metrics.record import recorder
@@ -44,7 +44,6 @@ from . import crdt_store
 from .hooks import hooks
 from .models import Shard
 from .rules import Refusal, WriteRules, conflict_told, rules_locked, stale_error
-from .selectors import ShardNotFound
 from .writetx import WriteTx
 
 _SAME = object()

@@ -120,7 +120,7 @@ MIDDLEWARE = [
     "zerolock_site.page_middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "zerolock_site.page_middleware.HtmxMiddleware",
-    "common.errors.ApiErrorEnvelopeMiddleware",
+    "zerolock_site.http_errors.ApiErrorEnvelopeMiddleware",
     "access.middleware.RateLimitMiddleware",
     "coordination.idempotency.IdempotencyMiddleware",
     # Last, as axes asks: it turns a login its backend refused into the lockout
@@ -372,7 +372,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["common.inputs.SafeJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["common.renderers.FastJSONRenderer"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "common.negotiation.LenientContentNegotiation",
-    "EXCEPTION_HANDLER": "common.errors.api_exception_handler",
+    "EXCEPTION_HANDLER": "zerolock_site.http_errors.api_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }

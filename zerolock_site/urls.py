@@ -42,7 +42,7 @@ if settings.ZEROLOCK_BENCH_FLOOR:
     urlpatterns.append(path("bench/floor", floor, name="bench-floor"))
 
 # /api/ errors raised outside DRF and the envelope middleware still answer JSON.
-handler400 = "common.errors.handler400"
-handler403 = "common.errors.handler403"
-handler404 = "common.errors.handler404"
-handler500 = "common.errors.handler500"
+handler400 = "zerolock_site.http_errors.handler400"
+handler403 = "zerolock_site.http_errors.handler403"
+handler404 = "zerolock_site.http_errors.handler404"
+handler500 = "zerolock_site.http_errors.handler500"

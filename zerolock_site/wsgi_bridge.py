@@ -31,7 +31,7 @@ from typing import Any
 from asgiref.wsgi import WsgiToAsgiInstance
 from django.conf import settings
 
-from common.errors import envelope, internal_error, over_body_limit, too_large_envelope
+from common.errors import ErrorCode, envelope, internal_error, over_body_limit, too_large_envelope
 from common.paths import is_api_path
 from realtime import push
 
@@ -165,7 +165,7 @@ class PooledWsgiToAsgi:
             environ = instance.build_environ(scope, body)
         except ValueError:
             if is_api_path(scope.get("path", "")):
-                return _json(400, envelope("BAD_REQUEST", "Too many duplicate headers."))
+                return _json(400, envelope(ErrorCode.BAD_REQUEST, "Too many duplicate headers."))
             return _plain(400, b"Bad Request: too many duplicate headers")
         result = self.wsgi_application(environ, instance.start_response)
         try:
@@ -204,7 +204,7 @@ def _shutting_down() -> tuple[dict, bytes]:
         "The server is shutting down and stopped waiting for this request, which it "
         "abandons: read the shard before retrying, or retry with the same Idempotency-Key."
     )
-    start, content = _json(503, envelope("SHUTTING_DOWN", message))
+    start, content = _json(503, envelope(ErrorCode.SHUTTING_DOWN, message))
     start["headers"] += [(b"retry-after", b"1"), (b"connection", b"close")]
     return start, content
 
