@@ -5,7 +5,7 @@ Run by hand (not a test):
 
     .venv/bin/python bench/schema_cost.py
 
-No database and no server: ``shards.value_schema`` alone, in one thread, with
+No database and no server: ``shards.value_schema`` (and its keywords) alone, in one thread, with
 the CPU budget of ``ZEROLOCK_SCHEMA_BUDGET_MS`` (steps are counted for the table). Each case is timed best of three; "plain"
 is the same schema and value through jsonschema's own validator without the
 budget, RE2 or linear-time equality (skipped where it would take minutes).
@@ -112,7 +112,7 @@ def main() -> None:
     from jsonschema import Draft202012Validator
 
     from common.errors import ApiError
-    from shards import value_schema
+    from shards import schema_keywords, value_schema
 
     def metered(schema: Any, value: Any) -> tuple[str, int]:
         try:
@@ -120,21 +120,21 @@ def main() -> None:
         except ApiError as refused:
             return f"create: {refused.code}", 0
         steps = 0
-        spend = value_schema._spend
+        spend = schema_keywords._spend
 
         def counted(n: int) -> None:
             nonlocal steps
             steps += n
             spend(n)
 
-        value_schema._spend = counted
+        schema_keywords._spend = counted
         try:
             value_schema.value_validate(schema, value)
             outcome = "ok"
         except ApiError as refused:
             outcome = refused.code
         finally:
-            value_schema._spend = spend
+            schema_keywords._spend = spend
         return outcome, steps
 
     print(f"CPU budget {settings.ZEROLOCK_SCHEMA_BUDGET_MS} ms\n")

@@ -18,7 +18,7 @@ from common.events import send_event_on_commit
 from . import crdt, crdt_store, crdt_update
 from .models import CrdtUpdate, Shard
 from .rules import Additions, WriteRules, fence_parse, rules_precheck
-from .value_schema import additions_validate
+from .schema_additive import additions_validate
 from .writer import CommitResult, group_commit, version_write, write_transaction
 from .writetx import WriteTx
 

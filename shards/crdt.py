@@ -21,7 +21,7 @@ from django.conf import settings
 from common.errors import ApiError, Invalid, MalformedUpdate, UnsupportedDiff
 from common.inputs import is_json_integer
 
-from . import crdt_update
+from . import crdt_update, yjs_binary
 from .models import CrdtType
 
 ROOT = "value"
@@ -357,7 +357,7 @@ def render(crdt_type: str, doc: pycrdt.Doc, *, max_depth: int | None = None) -> 
     while stack:
         node, depth = stack.pop()
         if max_depth is not None and depth > max_depth:
-            raise crdt_update.too_deep(max_depth)
+            raise yjs_binary.too_deep(max_depth)
         for key, item in node.items() if isinstance(node, dict) else enumerate(node):
             if isinstance(item, float) and item.is_integer():
                 node[key] = int(item)

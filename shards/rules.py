@@ -34,7 +34,8 @@ from common.inputs import INT64_MAX, is_json_integer
 
 from .hooks import hooks
 from .models import OwnerPolicy, Shard
-from .value_schema import merged_validate, value_validate
+from .schema_additive import merged_validate
+from .value_schema import value_validate
 
 
 class Exemption(enum.Enum):
@@ -71,7 +72,7 @@ class Checked:
 @dataclass(frozen=True)
 class Additions:
     """An additive write whose additions were checked before the lock
-    (``value_schema.additions_validate``): under it, the merged value's
+    (``schema_additive.additions_validate``): under it, the merged value's
     whole-value keywords only."""
 
     checked: bool

@@ -18,8 +18,9 @@ from access.identity import Actor
 from access.services import api_key_create
 from common.errors import ApiError
 from shards.models import Shard
+from shards.schema_keywords import canonical
 from shards.services import shard_commit, shard_create
-from shards.value_schema import canonical, schema_check, value_validate
+from shards.value_schema import schema_check, value_validate
 
 pytestmark = pytest.mark.django_db
 
