@@ -32,6 +32,8 @@ from schemathesis.engine import events, from_schema
 
 from access.identity import Actor
 from access.services import api_key_create
+from approvals.serializers import METADATA_MAX_DEPTH
+from common.boundeddiff import json_too_deep
 from common.ids import is_shard_id
 from coordination.serializers import MAX_FIELD_NAME
 from shards.models import Shard, ShardType
@@ -92,6 +94,10 @@ def beyond_the_document(operation: str, case: Any, error: dict[str, Any]) -> str
         len(name) > MAX_FIELD_NAME for name in (*body.get("where", {}), *body.get("set", {}))
     ):
         return "a task field name past its length"
+    if operation == "POST /api/approvals/request" and json_too_deep(
+        body.get("metadata"), METADATA_MAX_DEPTH
+    ):
+        return "metadata nested past its depth"  # OpenAPI 3.0 cannot bound nesting
     shard_id = body.get("shard_id")
     if (
         operation == "POST /api/approvals/request"
