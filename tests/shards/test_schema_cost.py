@@ -86,13 +86,16 @@ def test_a_value_that_would_take_longer_than_the_budget_is_refused_quickly(setti
     # 400 branches per item, each failing: about 0.6 ms an item.
     schema = {"type": "array", "items": {"anyOf": [{"required": [f"k{i}"]} for i in range(400)]}}
     schema_check(schema)
+    value_validate(schema, [])  # builds the validator, so the clock below times the run
     started = time.thread_time()
     with pytest.raises(ApiError) as refused:
         value_validate(schema, [{"z": 1}] * 2_000)
     spent = time.thread_time() - started
     assert (refused.value.status, refused.value.code) == (400, "SCHEMA_TOO_COSTLY")
     assert refused.value.details["budget_ms"] == 100
-    assert spent < 0.5, spent
+    # About 0.1 s here alone; CI's loaded machine has shown 4x that in CPU time.
+    # Unbudgeted, the whole value costs about 1.2 s.
+    assert spent < 1.0, spent
     value_validate(schema, [{"k0": 1}] * 2_000)  # the same size, cheap to accept: fine
 
 
