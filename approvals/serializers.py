@@ -79,12 +79,19 @@ class DecisionSerializer(StrictSerializer):
     reason = StringField(required=False, allow_blank=True, default="", max_length=4000)
 
 
+def _strip_class() -> str:
+    """The characters ``str.strip`` removes, as a regex class body. A regex ``\\s``
+    differs by engine (ECMA's lacks U+001C-U+001F and U+0085, which Python strips),
+    so the document lists them: a reason of "\\x1d" alone is blank to the server."""
+    return "".join(f"\\u{c:04x}" for c in range(0x10000) if chr(c).isspace())
+
+
 @extend_schema_field(
     {
         "type": "string",
         "maxLength": 4000,
         # Something besides blanks: services.approval_decide strips the reason.
-        "pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$",
+        "pattern": f"^[^\\u0000]*[^\\u0000{_strip_class()}][^\\u0000]*$",
     }
 )
 class ReasonField(StringField):
