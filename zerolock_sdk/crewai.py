@@ -48,6 +48,14 @@ class _ZeroLockTool(BaseTool):
     # Excluded from dumps: CrewAI serialises tools for its events and caches.
     client: SyncZeroLockClient = Field(exclude=True)
 
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        # CrewAI 1.7+ checks the arguments against args_schema in run(); 1.6 (the
+        # newest beside mcp 2.x) does not. Checked here, a call that does not fit
+        # sends no request on either: pydantic's ValidationError is a ValueError.
+        if not args and isinstance(self.args_schema, type):
+            self.args_schema.model_validate(kwargs)
+        return super().run(*args, **kwargs)
+
     async def _arun(self, **kwargs: Any) -> str:
         return await asyncio.to_thread(self._run, **kwargs)
 
