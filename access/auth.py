@@ -31,7 +31,7 @@ from .identity import Principal as Principal
 from .identity import sees_values as sees_values
 from .keys import key_from_raw, prefix_of
 from .models import ApiKey
-from .ratelimit import RateState, rate_limit_hit
+from .ratelimit import RateState, rate_limit_hit, rate_limited_error
 from .services import audit_auth_failure
 
 
@@ -117,6 +117,34 @@ def request_principal(request: HttpRequest) -> Principal | None:
     except ApiError:
         return None
     return Principal(key=key, agent_id=agent_id)
+
+
+def address_rate_hit(address: str | None) -> RateState:
+    """Counts one request that has no usable key against the client address."""
+    return rate_limit_hit(
+        identity=f"ip:{address or ''}",
+        limit=settings.ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE,
+    )
+
+
+def key_admit(raw: str, *, address: str | None, path: str) -> ApiKey:
+    """For an entry point that must know the key before it hands calls to the API
+    (/mcp answers 401 before any JSON-RPC): the usable key, or the ApiError the API
+    itself would answer. A missing or unusable key counts against the address and
+    is recorded, as in the API; a usable one is counted by each API call it makes."""
+    if not raw:
+        refusal: ApiError = Unauthenticated()
+    else:
+        key = key_resolve(raw)
+        if isinstance(key, ApiKey):
+            return key
+        refusal = key
+    state = address_rate_hit(address)
+    if not state.allowed:
+        raise rate_limited_error(state, "this address")
+    if raw:
+        raise authentication_refused(refusal, raw=raw, path=path)
+    raise refusal
 
 
 def key_rate_hit(key: ApiKey) -> RateState:

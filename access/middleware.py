@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from access.auth import key_rate_hit, request_address, request_key
+from access.auth import address_rate_hit, key_rate_hit, request_address, request_key
 from access.models import ApiKey
-from access.ratelimit import RateState, rate_limit_hit, rate_limited_error
+from access.ratelimit import RateState, rate_limited_error
 from common.paths import is_api_path
 
 
@@ -32,11 +31,7 @@ def request_rate_hit(request: HttpRequest) -> tuple[RateState, str]:
     key = request_key(request)
     if isinstance(key, ApiKey):
         return key_rate_hit(key), "this key"
-    state = rate_limit_hit(
-        identity=f"ip:{request_address(request) or ''}",
-        limit=settings.ZEROLOCK_RATE_LIMIT_IP_PER_MINUTE,
-    )
-    return state, "this address"
+    return address_rate_hit(request_address(request)), "this address"
 
 
 class RateLimitMiddleware:

@@ -93,6 +93,12 @@ def approval_get(approval_id: str) -> Approval:
     return approval
 
 
+def approval_pending(approval_id: str) -> bool:
+    """Whether the approval still waits for a decision (``pending`` and not past
+    its expiry); an unknown id is not pending."""
+    return Approval.objects.pending().filter(pk=approval_id).exists()
+
+
 def approval_now(approval: Approval) -> ApprovalNow:
     return ApprovalNow(approval, shard_now(approval.shard_id))
 

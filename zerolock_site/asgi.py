@@ -19,6 +19,7 @@ from django.urls import path  # noqa: E402
 from realtime.consumers import AgentConsumer, LiveConsumer  # noqa: E402
 from realtime.watch import WatchEvents  # noqa: E402
 from realtime.yjs import ShardYjsConsumer  # noqa: E402
+from zerolock_mcp.server import McpEndpoint  # noqa: E402
 
 from .daphne_patches import refuse_daphne_without_its_patches  # noqa: E402
 from .wsgi_bridge import PooledWsgiToAsgi  # noqa: E402
@@ -26,6 +27,8 @@ from .wsgi_bridge import PooledWsgiToAsgi  # noqa: E402
 # Served by uvicorn (uvicorn_server.py) or, through its own entry point, Daphne
 # (daphne_server.py, with daphne_patches.py); Daphne's own command is refused here.
 refuse_daphne_without_its_patches()
+
+MCP_PATHS = ("/mcp", "/mcp/")
 
 
 class StaticFiles(StaticFilesHandler):
@@ -40,16 +43,20 @@ class StaticFiles(StaticFilesHandler):
 
 
 class WatchOrWsgi:
-    """/api/watch streams (server-sent events) in ASGI; everything else is the
-    pooled WSGI app, which answers with whole responses."""
+    """/api/watch streams (server-sent events) and /mcp (the Model Context
+    Protocol, whose tool calls run through the pooled app) in ASGI; everything
+    else is the pooled WSGI app, which answers with whole responses."""
 
     def __init__(self, wsgi: PooledWsgiToAsgi) -> None:
         self.wsgi = wsgi
         self.watch = WatchEvents()
+        self.mcp = McpEndpoint(wsgi)
 
     async def __call__(self, scope: dict, receive, send) -> None:
         if scope["type"] == "http" and scope["path"] == "/api/watch":
             await self.watch(scope, receive, send)
+        elif scope["type"] == "http" and scope["path"] in MCP_PATHS:
+            await self.mcp(scope, receive, send)
         else:
             await self.wsgi(scope, receive, send)
 

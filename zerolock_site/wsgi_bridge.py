@@ -20,22 +20,39 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import io
 import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from tempfile import SpooledTemporaryFile
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.wsgi import WsgiToAsgiInstance
 from django.conf import settings
+from django.db import close_old_connections
 
 from common.errors import ErrorCode, envelope, internal_error, over_body_limit, too_large_envelope
 from common.paths import is_api_path
 from realtime import push
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class InProcessAnswer:
+    status: int
+    headers: dict[str, str]
+    content: bytes
+
+    @classmethod
+    def of(cls, start: dict, content: bytes) -> InProcessAnswer:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in start["headers"]}
+        return cls(status=start["status"], headers=headers, content=content)
 
 
 class PooledWsgiToAsgi:
@@ -86,6 +103,65 @@ class PooledWsgiToAsgi:
         except BaseException:
             body.close()
             raise
+        start, content = await self._answer(scope, body)
+        await _send(send, start, content)
+
+    async def call(
+        self,
+        *,
+        method: str,
+        path: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes = b"",
+        client: tuple[str, int] | None = None,
+        server: tuple[str, int] | None = None,
+        scheme: str = "http",
+    ) -> InProcessAnswer:
+        """One API request made in this process, answered exactly as over HTTP:
+        the same middleware (rate limits, idempotency), authentication, views,
+        services and audit, since it is the same Django application. For entry
+        points that carry API calls inside another protocol (/mcp): a second
+        copy of any rule there would drift."""
+        if self.draining:
+            start, content = _shutting_down()
+            return InProcessAnswer.of(start, content)
+        push.bind_loop()
+        if over_body_limit(len(body)):
+            return InProcessAnswer.of(*_too_large())
+        route, _, query = path.partition("?")
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": scheme,
+            "path": route,
+            "raw_path": route.encode(),
+            "query_string": query.encode(),
+            "root_path": "",
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+            "client": client,
+            "server": server,
+        }
+        start, content = await self._answer(scope, io.BytesIO(body))
+        return InProcessAnswer.of(start, content)
+
+    async def run_sync(self, fn: Callable[..., T], /, *args: Any) -> T:
+        """A piece of domain work besides a request (the /mcp key check, an
+        approval's status while a call waits on it) on the pool's threads, with the
+        connection handling Django gives each request around it."""
+
+        def guarded() -> T:
+            close_old_connections()
+            try:
+                return fn(*args)
+            finally:
+                close_old_connections()
+
+        return await asyncio.get_running_loop().run_in_executor(self.executor, guarded)
+
+    async def _answer(self, scope: dict, body: Any) -> tuple[dict, bytes]:
+        """The view's answer from the pool; the pool thread closes ``body``."""
         loop = asyncio.get_running_loop()
         answer = loop.run_in_executor(self.executor, self._run_guarded, scope, body)
         task = asyncio.current_task()
@@ -110,7 +186,7 @@ class PooledWsgiToAsgi:
                     start, content = _shutting_down()
         finally:
             self._in_flight.discard(task)
-        await _send(send, start, content)
+        return start, content
 
     def stop_taking_requests(self) -> None:
         """From now on a request is answered 503 SHUTTING_DOWN (Daphne calls this
