@@ -21,9 +21,11 @@ async def mcp_session(
         headers["Authorization" if bearer else "X-API-Key"] = f"Bearer {key}" if bearer else key
     if agent_id:
         headers["X-Agent-Id"] = agent_id
-    async with httpx2.AsyncClient(headers=headers, timeout=70) as http:
-        async with Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
-            yield client
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=70) as http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
+    ):
+        yield client
 
 
 def answer_of(result: Any) -> Any:
