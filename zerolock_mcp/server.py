@@ -75,6 +75,9 @@ class Api(Protocol):
 
     def run_sync(self, fn: Callable[..., T], /, *args: Any) -> Awaitable[T]: ...
 
+    @property
+    def draining(self) -> bool: ...
+
 
 @dataclass(frozen=True)
 class Caller:
@@ -285,7 +288,9 @@ class McpEndpoint:
         or ``wait`` seconds pass; then the API's answer for it again."""
         approval_id = call.path.rsplit("/", 1)[-1]
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
+        # A server shutting down ends the wait: the call is then answered with the
+        # API's 503 SHUTTING_DOWN, and the client asks another process.
+        while time.monotonic() < deadline and not self.api.draining:
             await asyncio.sleep(min(WAIT_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
             if not await self.api.run_sync(approval_pending, approval_id):
                 break
