@@ -437,3 +437,43 @@ async def test_shards_and_pending_approvals_are_resources(live_server_url):
     value = json.loads(shard.contents[0].text)
     assert (value["version"], value["value"]) == (1, {"k": 1})
     assert [a["shard_id"] for a in json.loads(pending.contents[0].text)["results"]] == ["r"]
+
+
+async def test_rate_limits_count_tool_calls_and_rest_calls_against_one_key(live_server_url):
+    _, limited = await key("limited", WRITER, rate_limit=6)
+    headers = {"X-API-Key": limited, "X-Agent-Id": "lim"}
+    async with httpx.AsyncClient(base_url=live_server_url, headers=headers) as http:
+        assert (
+            await http.post("/api/shards", json={"id": "rl", "type": "decision"})
+        ).status_code == 201
+        for _ in range(2):
+            assert (await http.get("/api/shards/rl")).status_code == 200
+    async with mcp_session(live_server_url, limited, "lim") as mcp:
+        answers = [await mcp.call_tool("shard_read", {"shard_id": "rl"}) for _ in range(5)]
+    statuses = [status_of(a) for a in answers]
+    # The tools' schema read counts once too (the first call in this process).
+    assert 429 in statuses and statuses[0] == 200
+    refused = next(a for a in answers if status_of(a) == 429)
+    assert error_of(refused)["code"] == "RATE_LIMITED" and error_of(refused)["retry_after"] >= 1
+    assert statuses == sorted(statuses)  # once refused, refused until the window moves
+
+
+async def test_a_key_bound_to_other_agents_cannot_act_as_another_over_mcp(live_server_url):
+    _, bound = await key("bound", WRITER, agent_ids=["builder-7"])
+    async with mcp_session(live_server_url, bound, "mallory") as mcp:
+        refused = await mcp.call_tool("shard_read", {"shard_id": "anything"})
+    assert (error_of(refused)["code"], status_of(refused)) == ("AGENT_NOT_ALLOWED", 403)
+
+
+async def test_a_commit_retried_with_its_idempotency_key_writes_once(live_server_url):
+    _, alice = await key("alice", WRITER)
+    commit = {"shard_id": "i", "expected_version": 1, "new_value": 1, "idempotency_key": "i-1"}
+    async with mcp_session(live_server_url, alice, "alice") as mcp:
+        answer_of(
+            await mcp.call_tool("shard_create", {"id": "i", "type": "decision", "initial_value": 0})
+        )
+        first = answer_of(await mcp.call_tool("shard_commit", commit))
+        again = answer_of(await mcp.call_tool("shard_commit", commit))
+        read = answer_of(await mcp.call_tool("shard_read", {"shard_id": "i"}))
+    assert first == again and first["version"] == 2
+    assert read["version"] == 2
