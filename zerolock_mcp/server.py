@@ -30,7 +30,7 @@ from mcp.shared.exceptions import MCPError
 
 from access.auth import key_admit
 from approvals.selectors import approval_pending
-from common.errors import ApiError, ErrorCode, envelope
+from common.errors import ApiError, ErrorCode, Invalid, envelope
 
 from .tools import BY_NAME, TOOLS, ApiCall, Tool, wait_seconds
 
@@ -211,7 +211,11 @@ class McpEndpoint:
     # --- the API, in process --------------------------------------------------------
 
     async def api_call(self, caller: Caller, call: ApiCall) -> tuple[int, Any]:
-        body = b"" if call.body is None else json.dumps(call.body).encode()
+        try:
+            body = b"" if call.body is None else json.dumps(call.body).encode()
+        except (ValueError, TypeError, RecursionError):
+            # Whatever JSON-RPC parsed is JSON; this is for depth past the encoder's.
+            raise Invalid("The arguments nest too deeply to send.") from None
         answer = await self.api.call(
             method=call.method,
             path=call.path,
@@ -276,7 +280,10 @@ class McpEndpoint:
             wait = wait_seconds(call.local) if tool.name == "approval_get" else 0
         except ApiError as refusal:
             return _refused(400, refusal.envelope())
-        status, data = await self.api_call(caller, call)
+        try:
+            status, data = await self.api_call(caller, call)
+        except ApiError as refusal:
+            return _refused(400, refusal.envelope())
         if wait and status == 200 and isinstance(data, dict) and data.get("status") == "pending":
             status, data = await self._wait_for_decision(caller, call, wait)
         if status >= 400:
