@@ -28,7 +28,7 @@ from common.errors import (
 from common.ids import is_shard_id
 from coordination.watch import watch_start
 from metrics import record
-from realtime import push
+from realtime import push, requests
 from realtime.fanout import fanout
 from realtime.keywatch import key_watch
 from realtime.sweeper import ensure_sweeping, sweeping_release
@@ -120,6 +120,7 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
             await self.close()  # before accept: the handshake is refused (HTTP 403)
             return
         self.key = key
+        self.in_flight: set[asyncio.Task] = set()  # request frames being answered
         ensure_sweeping()
         await fanout.ensure_listening()
         if agent_id:
@@ -134,6 +135,10 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
 
     async def disconnect(self, code: int) -> None:
         self._unwatch()
+        for task in getattr(self, "in_flight", ()):
+            # Its request still finishes in the API's thread (a write is not torn);
+            # only the answer, which has nowhere to go, is dropped.
+            task.cancel()
         if self.key is None:
             return
         key_watch.unregister(self.key.prefix, self)
@@ -184,10 +189,48 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
                 await self.unsubscribe(subscription_ids(content, None))
             elif kind == "watch":
                 await self.watch(content)
+            elif kind == "request":
+                await self.request(content)
             else:
                 raise ApiError(ErrorCode.UNSUPPORTED_MESSAGE, f"Unknown message type {kind!r}.")
         except ApiError as error:
             await self.send_json({"type": "error", **error.envelope()["error"]})
+
+    async def request(self, content: dict[str, Any]) -> None:
+        """An API request over this socket (realtime.requests): answered by a
+        ``response`` frame with its id when it finishes, in any order."""
+        request_id = requests.frame_id(content)
+        if request_id is None:
+            raise Invalid(
+                f"A request frame needs an id: a string of 1-{requests.MAX_ID} characters or an integer."
+            )
+        limit = requests.in_flight_limit()
+        if len(self.in_flight) >= limit:
+            await self.send_json(
+                requests.refused_frame(request_id, requests.in_flight_refusal(limit))
+            )
+            return
+        try:
+            frame = requests.request_frame_check(content, request_id)
+        except ApiError as refusal:
+            await self.send_json(requests.refused_frame(request_id, refusal))
+            return
+        task = asyncio.get_running_loop().create_task(self._answer(frame))
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+
+    async def _answer(self, frame: requests.RequestFrame) -> None:
+        headers = dict(self.scope.get("headers", []))
+        answer = await requests.request_answer(
+            frame,
+            raw_key=raw_key_of(self.scope),
+            agent_id=self.agent_id,
+            host=headers.get(b"host", b"").decode("latin-1"),
+            client=self.scope.get("client"),
+            server=self.scope.get("server"),
+        )
+        if self.key is not None:  # still open
+            await self.send_json(answer)
 
     async def subscribe(self, shard_ids: list[str]) -> None:
         new = set(shard_ids) - self.subscriptions

@@ -15,9 +15,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import mcp_types as types
 from django.conf import settings
@@ -31,11 +30,11 @@ from mcp.shared.exceptions import MCPError
 from access.auth import key_admit
 from approvals.selectors import approval_pending
 from common.errors import ApiError, ErrorCode, Invalid, envelope
+from common.inprocess import Api
 
 from .tools import BY_NAME, TOOLS, ApiCall, Tool, wait_seconds
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 # Between the checks of a pending approval while approval_get waits: a decision
 # is seen within this long (a status read by primary key, not an API call).
 WAIT_POLL_SECONDS = 0.25
@@ -47,36 +46,6 @@ INSTRUCTIONS = (
     "Claim work with task_claim so no task is done twice. Irreversible shards need a "
     "person's approval: approval_request, then approval_get with wait_seconds."
 )
-
-
-class Answer(Protocol):
-    @property
-    def status(self) -> int: ...
-    @property
-    def headers(self) -> dict[str, str]: ...
-    @property
-    def content(self) -> bytes: ...
-
-
-class Api(Protocol):
-    """What the endpoint needs of the web server (zerolock_site.wsgi_bridge)."""
-
-    def call(
-        self,
-        *,
-        method: str,
-        path: str,
-        headers: list[tuple[bytes, bytes]],
-        body: bytes = b"",
-        client: tuple[str, int] | None = None,
-        server: tuple[str, int] | None = None,
-        scheme: str = "http",
-    ) -> Awaitable[Answer]: ...
-
-    def run_sync(self, fn: Callable[..., T], /, *args: Any) -> Awaitable[T]: ...
-
-    @property
-    def draining(self) -> bool: ...
 
 
 @dataclass(frozen=True)

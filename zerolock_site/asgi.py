@@ -16,6 +16,7 @@ from django.http import Http404, HttpRequest  # noqa: E402
 from django.http.response import HttpResponseBase  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from common.inprocess import api_register  # noqa: E402
 from realtime.consumers import AgentConsumer, LiveConsumer  # noqa: E402
 from realtime.watch import WatchEvents  # noqa: E402
 from realtime.yjs import ShardYjsConsumer  # noqa: E402
@@ -63,6 +64,8 @@ class WatchOrWsgi:
 
 # The HTTP side; its drain() is what uvicorn's shutdown calls (uvicorn_server.py).
 http_bridge = PooledWsgiToAsgi(StaticFiles(django_wsgi_app), threads=settings.ZEROLOCK_HTTP_THREADS)
+# Request frames on /ws/agents/ reach the API through it (common.inprocess).
+api_register(http_bridge)
 
 application = ProtocolTypeRouter(
     {

@@ -409,6 +409,9 @@ ZEROLOCK_KEY_CACHE_SECONDS = env_float("ZEROLOCK_KEY_CACHE_SECONDS", 0.5)
 ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE = env_int("ZEROLOCK_WS_FAILED_HANDSHAKES_PER_MINUTE", 100)
 # Shard ids one /ws/agents/ socket may subscribe to at once.
 ZEROLOCK_MAX_SUBSCRIPTIONS_PER_SOCKET = env_int("ZEROLOCK_MAX_SUBSCRIPTIONS_PER_SOCKET", 1000)
+# API requests one /ws/agents/ socket may have in flight (request frames); past
+# it a request is answered 429 TOO_MANY_IN_FLIGHT at once (realtime/requests.py).
+ZEROLOCK_WS_MAX_IN_FLIGHT = env_int("ZEROLOCK_WS_MAX_IN_FLIGHT", 64)
 # Watches one key may hold open in one server process: GET /api/watch streams
 # and /ws/agents/ watches together.
 ZEROLOCK_MAX_WATCHES_PER_KEY = env_int("ZEROLOCK_MAX_WATCHES_PER_KEY", 100)

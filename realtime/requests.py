@@ -1,0 +1,163 @@
+"""API requests over an agent's socket: the ``request`` frame on /ws/agents/.
+
+``{"type": "request", "id": "r1", "method": "POST", "path": "/api/...", "body": {...},
+"headers": {"Idempotency-Key": "..."}}`` is answered by ``{"type": "response",
+"id": "r1", "status": 200, "body": {...}}`` with the status and body the HTTP
+request would get: it runs through the API in this process (``common.inprocess``)
+as the socket's key and agent, so permissions, scopes, rate limits, idempotency
+and audit are the HTTP request's. Many may be in flight on one socket, answered
+as they finish, up to ``ZEROLOCK_WS_MAX_IN_FLIGHT`` (429 past it)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from common.errors import ApiError, ErrorCode, Invalid, envelope
+from common.inprocess import Answer, registered_api
+
+METHODS = ("GET", "POST", "DELETE")
+# The request headers a frame may set; the key and the agent are the socket's.
+FRAME_HEADERS = {"prefer": "Prefer", "idempotency-key": "Idempotency-Key"}
+# The answer headers a client needs that the body does not say.
+ANSWER_HEADERS = ("link", "retry-after", "preference-applied", "location")
+PATH = re.compile(r"/api/[\x21-\x7e]{0,2043}")
+# Streams have their own frames on the socket (watch, subscribe).
+STREAMS = ("/api/watch",)
+MAX_ID = 128
+
+
+@dataclass(frozen=True)
+class RequestFrame:
+    id: str | int
+    method: str
+    path: str
+    body: bytes
+    headers: dict[str, str]
+
+
+def frame_id(content: dict[str, Any]) -> str | int | None:
+    """The client's id, if it is one a response can carry back."""
+    value = content.get("id")
+    if isinstance(value, str) and 0 < len(value) <= MAX_ID and value.isprintable():
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53:
+        return value
+    return None
+
+
+def request_frame_check(content: dict[str, Any], request_id: str | int) -> RequestFrame:
+    method = content.get("method")
+    if method not in METHODS:
+        raise Invalid(
+            f"method must be one of {', '.join(METHODS)}.", fields={"method": ["Unknown."]}
+        )
+    path = content.get("path")
+    if not isinstance(path, str) or not PATH.fullmatch(path):
+        raise Invalid(
+            "path must be an /api/ path (printable ASCII, no spaces, at most 2048 characters).",
+            fields={"path": ["Not an API path."]},
+        )
+    if path.partition("?")[0] in STREAMS:
+        raise Invalid(
+            "Streams are frames on this socket: send a watch frame.", fields={"path": ["A stream."]}
+        )
+    headers: dict[str, str] = {}
+    sent = content.get("headers") or {}
+    if not isinstance(sent, dict):
+        raise Invalid("headers must be an object.", fields={"headers": ["Not an object."]})
+    for name, value in sent.items():
+        header = FRAME_HEADERS.get(str(name).lower())
+        if header is None:
+            raise Invalid(
+                f"A request frame may set only {', '.join(FRAME_HEADERS.values())}.",
+                fields={"headers": [f"{str(name)[:64]!r} is not one of them."]},
+            )
+        if not isinstance(value, str) or len(value) > 1024 or not value.isprintable():
+            raise Invalid(f"{header} must be printable text.", fields={"headers": [header]})
+        headers[header] = value
+    if "body" in content and content["body"] is not None:
+        if method != "POST":
+            raise Invalid(f"A {method} request has no body.", fields={"body": ["Not allowed."]})
+        try:
+            body = json.dumps(content["body"]).encode()
+        except (ValueError, RecursionError):
+            raise Invalid("The body nests too deeply.", fields={"body": ["Too deep."]}) from None
+    else:
+        body = b""
+    return RequestFrame(id=request_id, method=method, path=path, body=body, headers=headers)
+
+
+def response_frame(
+    request_id: str | int, status: int, body: Any, headers: dict[str, str]
+) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "response", "id": request_id, "status": status, "body": body}
+    shown = {name: headers[name] for name in ANSWER_HEADERS if name in headers}
+    if shown:
+        frame["headers"] = shown
+    return frame
+
+
+def refused_frame(request_id: str | int, refusal: ApiError) -> dict[str, Any]:
+    return response_frame(request_id, refusal.status, refusal.envelope(), {})
+
+
+def in_flight_refusal(limit: int) -> ApiError:
+    return ApiError(
+        ErrorCode.TOO_MANY_IN_FLIGHT,
+        f"A socket has at most {limit} requests in flight (ZEROLOCK_WS_MAX_IN_FLIGHT): "
+        "wait for answers before sending more.",
+        limit=limit,
+    )
+
+
+def in_flight_limit() -> int:
+    return settings.ZEROLOCK_WS_MAX_IN_FLIGHT
+
+
+async def request_answer(
+    frame: RequestFrame,
+    *,
+    raw_key: str,
+    agent_id: str,
+    host: str,
+    client: tuple[str, int] | None,
+    server: tuple[str, int] | None,
+) -> dict[str, Any]:
+    """The response frame: the API's answer to this request, made as the socket's
+    key and agent."""
+    sent = {"host": host, "x-api-key": raw_key, "accept": "application/json"}
+    if frame.body:
+        sent["content-type"] = "application/json"
+    if agent_id:
+        sent["x-agent-id"] = agent_id
+    sent |= {name.lower(): value for name, value in frame.headers.items()}
+    try:
+        api = registered_api()
+    except ApiError as refusal:
+        return refused_frame(frame.id, refusal)
+    answer = await api.call(
+        method=frame.method,
+        path=frame.path,
+        headers=[(k.encode("latin-1"), v.encode()) for k, v in sent.items()],
+        body=frame.body,
+        client=client,
+        server=server,
+    )
+    return response_frame(frame.id, answer.status, answer_body(answer), answer.headers)
+
+
+def answer_body(answer: Answer) -> Any:
+    """JSON as JSON; anything else (the OpenAPI document is YAML) as its text."""
+    if not answer.content:
+        return None
+    if "json" in answer.headers.get("content-type", ""):
+        try:
+            return json.loads(answer.content)
+        except ValueError:
+            return envelope(ErrorCode.INTERNAL_ERROR, "Internal server error.")
+    return answer.content.decode("utf-8", "replace")
