@@ -262,15 +262,22 @@ async def profile(
 
 # Frames that tell where a /mcp request's time goes (inclusive shares), in this order.
 LAYERS = (
-    ("whole /mcp request (McpEndpoint.__call__)", "__call__ (zerolock_mcp/server.py"),
+    ("whole /mcp request (McpEndpoint.__call__)", "McpEndpoint.__call__ (zerolock_mcp/server.py"),
     ("  key check before JSON-RPC (_admitted)", "_admitted (zerolock_mcp/server.py"),
-    ("  SDK transport (StreamableHTTPSessionManager.handle_request)", "handle_request (mcp/"),
-    ("  SDK: JSON-RPC parse/validate", "model_validate"),
-    ("  SDK: serialize answer", "model_dump"),
-    ("  call_tool (ZeroLock's handler)", "call_tool (zerolock_mcp/server.py"),
-    ("    tool.request (arguments to REST)", "request (zerolock_mcp/tools.py"),
-    ("    in-process Django call (PooledWsgiToAsgi.call)", "call (zerolock_site/wsgi_bridge.py"),
-    ("Django handler (any request)", "get_response (django/core/handlers/base.py"),
+    ("  SDK transport (handle_request)", "StreamableHTTPSessionManager.handle_request (mcp/"),
+    # mcp 2.3 validates Mcp-Param-* headers of every tools/call against the tool's
+    # input schema, found by running the server's whole tools/list handler (and
+    # serializing its answer) unless the Server was given get_tool_input_schema.
+    ("    tools/list run per call (_mcp_param_rejection)", "_mcp_param_rejection (mcp/"),
+    ("    dispatch (ServerRunner._on_request)", "ServerRunner._on_request (mcp/"),
+    ("    serialize results (ServerRunner._serialize)", "ServerRunner._serialize (mcp/"),
+    ("    pydantic dump (TypeAdapter.dump_python)", "TypeAdapter.dump_python (pydantic/"),
+    ("    pydantic validate (validate_python)", "TypeAdapter.validate_python (pydantic/"),
+    ("    JSON-RPC answer written (_write)", "_write (mcp/server/_streamable_http_modern.py"),
+    ("  call_tool (ZeroLock's handler)", "McpEndpoint.call_tool (zerolock_mcp/server.py"),
+    ("    tool.request (arguments to REST)", "Tool.request (zerolock_mcp/tools.py"),
+    ("    in-process API call (McpEndpoint.api_call)", "McpEndpoint.api_call (zerolock_mcp/"),
+    ("Django handler (the API request, any route)", "BaseHandler.get_response (django/"),
 )
 
 
@@ -365,6 +372,21 @@ def plot(result: dict[str, Any], path: Path) -> bool:
     return True
 
 
+def report(result: dict[str, Any]) -> None:
+    """Print the table and, per profile, the layers' inclusive shares (kept in result)."""
+    print(table(result["overhead"]))
+    for db, profiled in result["profiles"].items():
+        for p in profiled:
+            raw = RESULTS_DIR / p["raw"]
+            if raw.exists():
+                total, top = shares(raw)
+                p["samples"], p["layers"], p["top"] = total, layer_shares(raw), top
+            print(f"\n{db}, {p['protocol']} read, py-spy --gil, {p.get('samples', 0)} samples:")
+            for title, share in p.get("layers", []):
+                if share:
+                    print(f"{share:5.1f}%  {title}")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", type=comma_list(DBS), default=["sqlite"], help="sqlite,postgres")
@@ -377,7 +399,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--profile-seconds", type=float, default=15)
     parser.add_argument("--keep-data", action="store_true")
-    parser.add_argument("--plot", type=Path, help="only redraw the plot of this results JSON")
+    parser.add_argument(
+        "--plot", type=Path, help="only redraw the plot (and profile summary) of this results JSON"
+    )
     return parser.parse_args(argv)
 
 
@@ -385,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.plot:
         result = json.loads(args.plot.read_text())
+        report(result)  # the profile's layers again, from the raw stacks if they are kept
+        args.plot.write_text(json.dumps(result, indent=2) + "\n")
         return 0 if plot(result, args.plot.with_suffix(".png")) else 1
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
@@ -400,13 +426,6 @@ def main(argv: list[str] | None = None) -> int:
             )
             log(f"  {time.monotonic() - started:.0f} s")
             rows += [{"server": args.server, "db": db, **r} for r in measured]
-            for p in profiled:
-                raw = RESULTS_DIR / p["raw"]
-                if raw.exists():
-                    total, top = shares(raw)
-                    p["samples"] = total
-                    p["layers"] = layer_shares(raw)
-                    p["top"] = top
             if profiled:
                 profiles[db] = profiled
     result = {
@@ -419,12 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         "overhead": overhead(rows),
         "profiles": profiles,
     }
-    print(table(result["overhead"]))
-    for db, profiled in profiles.items():
-        for p in profiled:
-            print(f"\n{db}, {p['protocol']} read, py-spy --gil, {p.get('samples', 0)} samples:")
-            for title, share in p.get("layers", []):
-                print(f"{share:5.1f}%  {title}")
+    report(result)
     json_path = RESULTS_DIR / f"mcp-{stamp}.json"
     json_path.write_text(json.dumps(result, indent=2) + "\n")
     log(f"wrote {json_path}")
