@@ -199,7 +199,7 @@ TOOLS: tuple[Tool, ...] = (
         "/api/shards/{shard_id}/claim",
         "Claim one task from a task-queue shard atomically: the first task whose fields "
         "equal `where` gets the fields in `set` and you as holder; nobody else can claim "
-        "it. NOTHING_TO_CLAIM (409): no task matches, the queue is done or all are held. "
+        "it. NOTHING_TO_CLAIM (404): no task matches, the queue is done or all are held. "
         "Give lease_id so the claim is released if you stop keeping the lease alive, and "
         "fence to refuse stale holders." + REFUSALS,
         destructive=True,
