@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 COMPONENT = "#/components/schemas/"
+DEFS = "#/$defs/"
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 # Annotations OpenAPI adds that JSON Schema validators would take as unknown
 # keywords or that mean nothing to a model.
@@ -29,7 +30,7 @@ def json_schema(node: Any) -> Any:
         return node
     out = {k: json_schema(v) for k, v in node.items() if k not in OPENAPI_ONLY}
     if isinstance(out.get("$ref"), str) and out["$ref"].startswith(COMPONENT):
-        out["$ref"] = "#/$defs/" + out["$ref"][len(COMPONENT) :]
+        out["$ref"] = DEFS + out["$ref"][len(COMPONENT) :]
     if "example" in node:
         out["examples"] = [node["example"]]
     if node.get("nullable") is True:
@@ -50,11 +51,18 @@ def json_schema(node: Any) -> Any:
 
 
 def _refs(node: Any) -> set[str]:
+    """The component names a node refers to, in either spelling: a document's own
+    (``#/components/schemas/X``) or a tool schema's, already turned (``#/$defs/X``)."""
     if isinstance(node, list):
         return set().union(*(_refs(item) for item in node)) if node else set()
     if not isinstance(node, dict):
         return set()
-    found = {node["$ref"][len(COMPONENT) :]} if _is_component(node.get("$ref")) else set()
+    ref = node.get("$ref")
+    found: set[str] = set()
+    if _is_component(ref):
+        found = {ref[len(COMPONENT) :]}
+    elif isinstance(ref, str) and ref.startswith(DEFS):
+        found = {ref[len(DEFS) :]}
     return found.union(*(_refs(v) for v in node.values())) if node else found
 
 
