@@ -59,7 +59,7 @@ def _refs(node: Any) -> set[str]:
         return set()
     ref = node.get("$ref")
     found: set[str] = set()
-    if _is_component(ref):
+    if isinstance(ref, str) and _is_component(ref):
         found = {ref[len(COMPONENT) :]}
     elif isinstance(ref, str) and ref.startswith(DEFS):
         found = {ref[len(DEFS) :]}
