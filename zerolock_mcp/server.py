@@ -155,6 +155,18 @@ class McpEndpoint:
                 extra.append((b"retry-after", str(retry).encode()))
             await _send_json(send, refusal.status, refusal.envelope(), extra)
             return
+        if scope.get("method") != "POST":
+            # Stateless, so nothing could ever be sent on the SDK's GET stream
+            # (no session routes a message to it): it held the connection open,
+            # silent, until the client gave up. The spec's answer for a server
+            # without one is 405; DELETE has no session to end either.
+            await _send_json(
+                send,
+                405,
+                envelope(ErrorCode.METHOD_NOT_ALLOWED, "Send JSON-RPC with POST."),
+                [(b"allow", b"POST")],
+            )
+            return
         agent_id = headers.get("x-agent-id", "").strip()
         if not agent_id and len(key.agent_ids) == 1:
             agent_id = key.agent_ids[0]  # the key's single bound agent
