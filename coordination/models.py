@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import secrets
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -79,3 +81,39 @@ class IdempotencyRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope}/{self.key} -> {self.status}"
+
+
+class AgentSessionQuerySet(models.QuerySet):
+    def live(self, now: datetime | None = None) -> AgentSessionQuerySet:
+        """Seen within ZEROLOCK_SESSION_TIMEOUT_SECONDS: a process that died without
+        closing its sockets (kill -9) stops renewing its rows, and they drop out."""
+        now = now or timezone.now()
+        return self.filter(
+            last_seen__gt=now - timedelta(seconds=settings.ZEROLOCK_SESSION_TIMEOUT_SECONDS)
+        )
+
+    def stale(self, now: datetime | None = None) -> AgentSessionQuerySet:
+        now = now or timezone.now()
+        return self.filter(
+            last_seen__lte=now - timedelta(seconds=settings.ZEROLOCK_SESSION_TIMEOUT_SECONDS)
+        )
+
+
+class AgentSession(models.Model):
+    """One open agent socket (/ws/agents/ with an agent id): who, in which server
+    process, since when. Its process renews ``last_seen`` while it is open and
+    deletes the row when it closes (coordination.sessions)."""
+
+    key_prefix = models.CharField(max_length=16)
+    agent_id = models.CharField(max_length=128)
+    process = models.CharField(max_length=128)
+    connected_since = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = AgentSessionQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["agent_id", "key_prefix"])]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} ({self.key_prefix}) on {self.process}"

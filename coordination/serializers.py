@@ -234,3 +234,30 @@ class TxnSerializer(serializers.Serializer):
 
 
 body_rules_register("Txn", _txn_schema, body_required=True)
+
+
+class AgentKeySerializer(serializers.Serializer):
+    name = serializers.CharField()
+    prefix = serializers.CharField()
+
+
+class AgentLeaseSerializer(serializers.Serializer):
+    lease_id = serializers.CharField()
+    ttl_seconds = serializers.IntegerField()
+    expires_at = serializers.DateTimeField()
+    fence = serializers.IntegerField()
+
+
+class AgentSerializer(serializers.Serializer):
+    """Documents one connected agent (``coordination.sessions.agents_live``)."""
+
+    agent_id = serializers.CharField()
+    key = AgentKeySerializer()
+    connected_since = serializers.DateTimeField()
+    last_seen = serializers.DateTimeField()
+    sockets = serializers.IntegerField(min_value=1)
+    leases = AgentLeaseSerializer(many=True)
+
+
+class AgentListSerializer(serializers.Serializer):
+    results = AgentSerializer(many=True)

@@ -4,6 +4,7 @@ from . import views
 
 urlpatterns = [
     path("txn", views.TxnView.as_view(), name="txn"),
+    path("agents", views.AgentListView.as_view(), name="agent-list"),
     path("shards/<str:shard_id>/claim", views.ClaimView.as_view(), name="shard-claim"),
     path("leases", views.LeaseListView.as_view(), name="lease-list"),
     path("leases/<str:lease_id>", views.LeaseDetailView.as_view(), name="lease-detail"),

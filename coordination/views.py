@@ -14,10 +14,11 @@ from common.openapi import CONFLICT, PREFER_PARAMETERS, ErrorEnvelopeSerializer
 from common.prefer import write_answer
 from shards.serializers import SHARD_ID_PARAMETER
 
-from . import leases
+from . import leases, sessions
 from .claims import task_claim
 from .serializers import (
     LEASE_ID_PARAMETER,
+    AgentListSerializer,
     ClaimResultSerializer,
     ClaimSerializer,
     LeaseRequestSerializer,
@@ -25,7 +26,23 @@ from .serializers import (
 )
 from .txn import txn_apply
 
-WRITE = "shard:write"
+WRITE, READ = "shard:write", "shard:read"
+
+
+class AgentListView(ApiView):
+    """Presence: the agents connected now, over every server process."""
+
+    required_permissions = {"GET": READ}
+
+    @extend_schema(
+        responses=OpenApiResponse(
+            AgentListSerializer,
+            description="Every agent with an open /ws/agents/ socket, by key and agent id.",
+        ),
+        operation_id="agents_list",
+    )
+    def get(self, request: Request) -> Response:
+        return Response({"results": sessions.agents_live()})
 
 
 class TxnView(ApiView):

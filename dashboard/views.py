@@ -18,6 +18,7 @@ from access.auth import can_watch
 from approvals.diffview import line_diff, pretty
 from approvals.selectors import approval_counts, pending_on_shard
 from audit.models import AuditAction, AuditEntry
+from coordination.sessions import agents_live
 from metrics import record
 from metrics.models import CommitSample
 from shards.models import Shard, ShardType
@@ -142,6 +143,20 @@ def shard_live(request: HttpRequest, shard_id: str) -> HttpResponse:
     if context is None:
         return HttpResponse("<p>This shard has been deleted.</p>")
     return render(request, "dashboard/_shard_live.html", context)
+
+
+@login_required
+@require_GET
+def agents_page(request: HttpRequest) -> HttpResponse:
+    _watcher(request)
+    return render(request, "dashboard/agents.html", {"agents": agents_live()})
+
+
+@login_required
+@require_GET
+def agent_rows(request: HttpRequest) -> HttpResponse:
+    _watcher(request)
+    return render(request, "dashboard/_agent_rows.html", {"agents": agents_live()})
 
 
 @login_required

@@ -31,6 +31,7 @@ from metrics import record
 from realtime import push, requests
 from realtime.fanout import fanout
 from realtime.keywatch import key_watch
+from realtime.presence import presence_close, presence_open
 from realtime.sweeper import ensure_sweeping, sweeping_release
 from realtime.watch import change_stream, open_watches
 
@@ -95,6 +96,7 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
     watch_prefix: str | None = None
     agent_id = ""
     agent_group = ""
+    session_id: int | None = None
 
     async def connect(self) -> None:
         push.bind_loop()
@@ -129,6 +131,7 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
             self.agent_id = agent_id
             self.agent_group = push.agent_group(key.prefix, agent_id)
             await self.channel_layer.group_add(self.agent_group, self.channel_name)
+            self.session_id = await presence_open(key_prefix=key.prefix, agent_id=agent_id)
         await self.accept()
         record.recorder.socket_opened()
         key_watch.register(key, self)
@@ -145,6 +148,9 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
         sweeping_release()
         if self.agent_group:
             await self.channel_layer.group_discard(self.agent_group, self.channel_name)
+        if self.session_id is not None:
+            await presence_close(self.session_id)
+            self.session_id = None
         fanout.discard(self, self.subscriptions)
         record.recorder.socket_closed(self.subscriptions)
         self.key = None

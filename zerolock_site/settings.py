@@ -412,6 +412,11 @@ ZEROLOCK_MAX_SUBSCRIPTIONS_PER_SOCKET = env_int("ZEROLOCK_MAX_SUBSCRIPTIONS_PER_
 # API requests one /ws/agents/ socket may have in flight (request frames); past
 # it a request is answered 429 TOO_MANY_IN_FLIGHT at once (realtime/requests.py).
 ZEROLOCK_WS_MAX_IN_FLIGHT = env_int("ZEROLOCK_WS_MAX_IN_FLIGHT", 64)
+# Presence (GET /api/agents): each process renews its agent sockets' sessions this
+# often, and a session not renewed for the timeout is gone (a process killed with
+# -9 loses its agents after at most timeout + heartbeat).
+ZEROLOCK_SESSION_HEARTBEAT_SECONDS = env_float("ZEROLOCK_SESSION_HEARTBEAT_SECONDS", 1.0)
+ZEROLOCK_SESSION_TIMEOUT_SECONDS = env_float("ZEROLOCK_SESSION_TIMEOUT_SECONDS", 4.0)
 # Watches one key may hold open in one server process: GET /api/watch streams
 # and /ws/agents/ watches together.
 ZEROLOCK_MAX_WATCHES_PER_KEY = env_int("ZEROLOCK_MAX_WATCHES_PER_KEY", 100)

@@ -17,6 +17,10 @@ import threading
 import uuid
 
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # this demo sends nothing out
+# CrewAI 1.6 (the newest beside the server's mcp 2.x) builds a default LLM when an
+# Agent is made, and that wants a key. This demo calls the tools itself and runs
+# no model, so any value does; give your own for a real crew.
+os.environ.setdefault("OPENAI_API_KEY", "sk-unused-by-this-demo")
 
 from crewai import Agent  # noqa: E402
 

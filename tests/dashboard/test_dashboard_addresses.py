@@ -29,6 +29,7 @@ def viewer() -> Client:
         ("/dashboard/metrics/", "/dashboard/metrics"),
         ("/dashboard/shards/", "/dashboard/shards"),
         ("/dashboard/metrics", "/dashboard/metrics"),
+        ("/dashboard/agents/", "/dashboard/agents"),
     ],
 )
 def test_each_dashboard_address_a_person_types_leads_to_its_page(viewer, typed, page):

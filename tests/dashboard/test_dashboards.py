@@ -49,6 +49,8 @@ def plan() -> Shard:
         "/dashboard/shards/ops.plan",
         "/dashboard/metrics",
         "/dashboard/metrics.json",
+        "/dashboard/agents",
+        "/dashboard/agent-rows",
     ],
 )
 def test_pages_need_a_login_and_the_view_permission(plan, path):

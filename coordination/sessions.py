@@ -1,0 +1,88 @@
+"""Agent sessions and presence: which agents are connected, across every server
+process, and what they hold.
+
+Each agent socket (/ws/agents/ opened with an agent id) is a row: opened when the
+socket is accepted, deleted when it closes. Its process renews ``last_seen`` for
+all of its open rows every ZEROLOCK_SESSION_HEARTBEAT_SECONDS (one UPDATE), so a
+process killed without closing them loses them after
+ZEROLOCK_SESSION_TIMEOUT_SECONDS (``AgentSession.objects.live``)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable
+from typing import Any
+
+from django.utils import timezone
+
+from access.models import ApiKey
+from common.inputs import iso_time
+
+from .models import AgentSession, Lease
+
+
+def process_name() -> str:
+    """This server process, as a session names it."""
+    return f"{socket.gethostname()[:100]}:{os.getpid()}"
+
+
+def session_open(*, key_prefix: str, agent_id: str) -> int:
+    return AgentSession.objects.create(
+        key_prefix=key_prefix, agent_id=agent_id, process=process_name()
+    ).pk
+
+
+def session_close(session_id: int) -> None:
+    AgentSession.objects.filter(pk=session_id).delete()
+
+
+def sessions_seen(session_ids: Iterable[int]) -> None:
+    """Renews this process's open sessions, and drops every process's dead ones."""
+    ids = list(session_ids)
+    if ids:
+        AgentSession.objects.filter(pk__in=ids).update(last_seen=timezone.now())
+    AgentSession.objects.stale().delete()
+
+
+def agents_live() -> list[dict[str, Any]]:
+    """Every connected agent, by key and agent id: its sockets, since when, when
+    last seen, and the live leases it holds under that key."""
+    rows = list(AgentSession.objects.live().order_by("agent_id", "key_prefix", "connected_since"))
+    prefixes = {row.key_prefix for row in rows}
+    names = dict(ApiKey.objects.filter(prefix__in=prefixes).values_list("prefix", "name"))
+    leases: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    holders = {row.agent_id for row in rows}
+    live = Lease.objects.live().filter(holder__in=holders, key_prefix__in=prefixes).order_by("id")
+    for lease in live:
+        leases.setdefault((lease.key_prefix, lease.holder), []).append(
+            {
+                "lease_id": lease.id,
+                "ttl_seconds": lease.ttl_seconds,
+                "expires_at": iso_time(lease.expires_at),
+                "fence": lease.fence,
+            }
+        )
+    agents: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        entry = agents.get((row.key_prefix, row.agent_id))
+        if entry is None:
+            entry = agents[(row.key_prefix, row.agent_id)] = {
+                "agent_id": row.agent_id,
+                "key": {"name": names.get(row.key_prefix, ""), "prefix": row.key_prefix},
+                "connected_since": row.connected_since,
+                "last_seen": row.last_seen,
+                "sockets": 0,
+                "leases": leases.get((row.key_prefix, row.agent_id), []),
+            }
+        entry["sockets"] += 1
+        entry["connected_since"] = min(entry["connected_since"], row.connected_since)
+        entry["last_seen"] = max(entry["last_seen"], row.last_seen)
+    return [
+        entry
+        | {
+            "connected_since": iso_time(entry["connected_since"]),
+            "last_seen": iso_time(entry["last_seen"]),
+        }
+        for entry in agents.values()
+    ]
