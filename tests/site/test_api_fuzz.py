@@ -120,6 +120,12 @@ def _path_outside_the_document(case: Any) -> str | None:
         isinstance(shard_id, str) and not is_shard_id(shard_id)
     ):
         return "a path parameter its own pattern refuses (from an earlier answer)"
+    # The same for a query parameter: an audit entry's empty shard_id made
+    # GET /api/approvals?shard_id=, which the document's minLength 1 refuses.
+    # (Every string query parameter has minLength 1 but audit's `since`.)
+    query = getattr(case, "query", None) or {}
+    if any(value == "" and name != "since" for name, value in query.items()):
+        return "an empty query parameter the document refuses (from an earlier answer)"
     return None
 
 
