@@ -17,8 +17,8 @@ from typing import Any
 
 from django.conf import settings
 
-from common.errors import ApiError, ErrorCode, Invalid, envelope
-from common.inprocess import Answer, registered_api
+from common.errors import ApiError, ErrorCode, Invalid
+from common.inprocess import answer_body, api_headers, registered_api
 
 METHODS = ("GET", "POST", "DELETE")
 # The request headers a frame may set; the key and the agent are the socket's.
@@ -130,12 +130,6 @@ async def request_answer(
 ) -> dict[str, Any]:
     """The response frame: the API's answer to this request, made as the socket's
     key and agent."""
-    sent = {"host": host, "x-api-key": raw_key, "accept": "application/json"}
-    if frame.body:
-        sent["content-type"] = "application/json"
-    if agent_id:
-        sent["x-agent-id"] = agent_id
-    sent |= {name.lower(): value for name, value in frame.headers.items()}
     try:
         api = registered_api()
     except ApiError as refusal:
@@ -143,21 +137,15 @@ async def request_answer(
     answer = await api.call(
         method=frame.method,
         path=frame.path,
-        headers=[(k.encode("latin-1"), v.encode()) for k, v in sent.items()],
+        headers=api_headers(
+            host=host,
+            raw_key=raw_key,
+            agent_id=agent_id,
+            extra=frame.headers,
+            json_body=bool(frame.body),
+        ),
         body=frame.body,
         client=client,
         server=server,
     )
     return response_frame(frame.id, answer.status, answer_body(answer), answer.headers)
-
-
-def answer_body(answer: Answer) -> Any:
-    """JSON as JSON; anything else (the OpenAPI document is YAML) as its text."""
-    if not answer.content:
-        return None
-    if "json" in answer.headers.get("content-type", ""):
-        try:
-            return json.loads(answer.content)
-        except ValueError:
-            return envelope(ErrorCode.INTERNAL_ERROR, "Internal server error.")
-    return answer.content.decode("utf-8", "replace")

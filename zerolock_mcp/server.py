@@ -30,7 +30,7 @@ from mcp.shared.exceptions import MCPError
 from access.auth import key_admit
 from approvals.selectors import approval_pending
 from common.errors import ApiError, ErrorCode, Invalid, envelope
-from common.inprocess import Api
+from common.inprocess import Api, answer_body, api_headers
 
 from .tools import BY_NAME, TOOLS, ApiCall, Tool, wait_seconds
 
@@ -60,16 +60,13 @@ class Caller:
     server: tuple[str, int] | None
 
     def headers(self, extra: dict[str, str]) -> list[tuple[bytes, bytes]]:
-        sent = {
-            "host": self.host,
-            "x-api-key": self.raw_key,
-            "content-type": "application/json",
-            "accept": "application/json",
-        }
-        if self.agent_id:
-            sent["x-agent-id"] = self.agent_id
-        sent |= {name.lower(): value for name, value in extra.items()}
-        return [(k.encode("latin-1"), v.encode("utf-8")) for k, v in sent.items()]
+        return api_headers(
+            host=self.host,
+            raw_key=self.raw_key,
+            agent_id=self.agent_id,
+            extra=extra,
+            json_body=True,
+        )
 
 
 def raw_key_of(headers: dict[str, str]) -> str:
@@ -211,13 +208,7 @@ class McpEndpoint:
             server=caller.server,
             scheme=caller.scheme,
         )
-        if not answer.content:
-            return answer.status, None
-        try:
-            return answer.status, json.loads(answer.content)
-        except ValueError:
-            logger.error("A non-JSON answer from %s %s", call.method, call.path)
-            return 500, envelope(ErrorCode.INTERNAL_ERROR, "Internal server error.")
+        return answer.status, answer_body(answer)
 
     async def document(self, caller: Caller) -> dict[str, Any]:
         """The API's OpenAPI document, as GET /api/schema serves it (once a process)."""
@@ -271,16 +262,16 @@ class McpEndpoint:
             call = tool.request(await self.document(caller), params.arguments)
             wait = wait_seconds(call.local) if tool.name == "approval_get" else 0
         except ApiError as refusal:
-            return _refused(400, refusal.envelope())
+            return _result(400, refusal.envelope(), is_error=True)
         try:
             status, data = await self.api_call(caller, call)
         except ApiError as refusal:
-            return _refused(400, refusal.envelope())
+            return _result(400, refusal.envelope(), is_error=True)
         if wait and status == 200 and isinstance(data, dict) and data.get("status") == "pending":
             status, data = await self._wait_for_decision(caller, call, wait)
         if status >= 400:
-            return _refused(status, data)
-        return _answered(status, self._shaped(tool, caller, call, data))
+            return _result(status, data, is_error=True)
+        return _result(status, self._shaped(tool, caller, call, data), is_error=False)
 
     async def _wait_for_decision(self, caller: Caller, call: ApiCall, wait: int) -> tuple[int, Any]:
         """Until the approval is no longer pending (decided, or past its expiry)
@@ -378,19 +369,13 @@ def _caller(ctx: Any) -> Caller:
     return caller
 
 
-def _answered(status: int, data: Any) -> types.CallToolResult:
+def _result(status: int, data: Any, *, is_error: bool) -> types.CallToolResult:
+    """A tool's answer: the API's JSON as structured content and as text, its HTTP
+    status in ``_meta``; a refusal (the API's envelope) is ``isError``."""
     return types.CallToolResult(
         content=[types.TextContent(text=json.dumps(data))],
         structured_content=data,
-        _meta={"zerolock/status": status},
-    )
-
-
-def _refused(status: int, data: Any) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(text=json.dumps(data))],
-        structured_content=data,
-        is_error=True,
+        is_error=is_error,
         _meta={"zerolock/status": status},
     )
 
