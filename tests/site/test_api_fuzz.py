@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import schemathesis
+from schemathesis.config import HealthCheck as SchemathesisHealthCheck
 from schemathesis.config import SchemathesisConfig
 from schemathesis.core import NOT_SET
 from schemathesis.core.jsonschema import make_validator
@@ -169,7 +170,16 @@ def test_every_generated_request_gets_a_documented_answer_and_never_a_5xx(
     config = SchemathesisConfig()
     config.update(max_time=MAX_TIME_SECONDS, seed=16, max_failures=None)
     project = config.projects.override
-    project.update(base_url=live_server_url, headers=headers, request_timeout=30)
+    # Hypothesis' health checks judge the generator, not the server: the txn body's
+    # nested oneOf makes it discard many drafts, more of them on a loaded machine
+    # (CI failed once on filter_too_much for POST /api/txn). The operation is then
+    # fuzzed with the examples it could make instead of being reported as a failure.
+    project.update(
+        base_url=live_server_url,
+        headers=headers,
+        request_timeout=30,
+        suppress_health_check=[SchemathesisHealthCheck.all],
+    )
     project.checks.update(included_check_names=CHECKS)
     project.generation.update(max_examples=MAX_EXAMPLES)
     schema = schemathesis.openapi.from_url(
