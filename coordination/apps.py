@@ -8,11 +8,20 @@ class CoordinationConfig(AppConfig):
     def ready(self) -> None:
         # Lease expiry runs at the start of every write transaction in the shards
         # core, and a deleted shard's lease bindings go with it.
-        from shards.hooks import delete_hook_register, write_sweep_register
+        from shards.hooks import delete_hook_register, tick_sweep_register, write_sweep_register
 
-        from .leases import LEASE_SWEEP, lease_bindings_drop, leases_due, leases_expire_due
+        from .leases import (
+            LEASE_SWEEP,
+            lease_bindings_drop,
+            leases_due,
+            leases_expire_due,
+            leases_expire_now,
+        )
 
         write_sweep_register(LEASE_SWEEP, leases_expire_due, due=leases_due)
+        # And once a second in every process with open sockets: a session lease
+        # whose agent left ends on time even when nobody writes.
+        tick_sweep_register(LEASE_SWEEP, leases_expire_now)
 
         from django.db.models.signals import post_save
 

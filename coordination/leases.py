@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Min
+from django.db.models import Min, Q
 from django.utils import timezone
 
 from access.identity import Actor
@@ -31,7 +32,7 @@ from shards.rules import Exemption, WriteRules
 from shards.writer import version_write, write_transaction
 from shards.writetx import WriteTx
 
-from .models import Lease, LeaseBinding
+from .models import AgentSession, Lease, LeaseBinding
 
 MIN_TTL, MAX_TTL = 1, 24 * 3600
 
@@ -43,6 +44,7 @@ def lease_data(lease: Lease) -> dict[str, Any]:
         "expires_at": iso_time(lease.expires_at),
         "fence": lease.fence,
         "holder": lease.holder,
+        "session": lease.session,
     }
 
 
@@ -55,8 +57,25 @@ def _ttl(ttl_seconds: Any) -> int:
     return ttl_seconds
 
 
-def lease_grant(*, holder: str, key_prefix: str, ttl_seconds: Any) -> Lease:
+def _session_bound(session: Any, *, holder: str, key_prefix: str) -> bool:
+    """``session: true`` binds the lease to its holder's agent sockets, so the
+    holder must have one open (sent over the socket, it has)."""
+    if session is None or session is False:
+        return False
+    if session is not True:
+        raise Invalid("session must be true or false.", fields={"session": ["Not a boolean."]})
+    if not AgentSession.objects.live().filter(agent_id=holder, key_prefix=key_prefix).exists():
+        raise ApiError(
+            ErrorCode.NO_SESSION,
+            f"A session lease lives while {holder!r} has an agent socket open with this key, "
+            "and it has none: open /ws/agents/ and send the request over it.",
+        )
+    return True
+
+
+def lease_grant(*, holder: str, key_prefix: str, ttl_seconds: Any, session: Any = None) -> Lease:
     ttl = _ttl(ttl_seconds)
+    bound = _session_bound(session, holder=holder, key_prefix=key_prefix)
     with write_transaction() as tx:  # expired leases end first
         now = timezone.now()
         lease = Lease(
@@ -64,12 +83,13 @@ def lease_grant(*, holder: str, key_prefix: str, ttl_seconds: Any) -> Lease:
             key_prefix=key_prefix,
             ttl_seconds=ttl,
             expires_at=now + timedelta(seconds=ttl),
+            session=bound,
         )
         entry = tx.audit.append(
             action=AuditAction.LEASE_GRANTED,
             agent_id=holder,
             key_prefix=key_prefix,
-            details={"lease_id": lease.id, "ttl_seconds": ttl},
+            details={"lease_id": lease.id, "ttl_seconds": ttl, "session": bound},
         )
         # The grant's global revision is the fence: it only ever grows.
         lease.fence = entry.pk
@@ -110,6 +130,25 @@ def lease_keepalive(*, lease_id: str, holder: str, key_prefix: str) -> Lease:
         lease.expires_at = timezone.now() + timedelta(seconds=lease.ttl_seconds)
         lease.save(update_fields=["expires_at"])
     return lease
+
+
+def session_leases_renew(agents: Iterable[tuple[str, str]]) -> int:
+    """The session leases of these (key prefix, agent id) pairs live ``ttl_seconds``
+    from now: called for every open socket's agent each heartbeat, and for an agent
+    whose socket just closed, so a session lease ends ``ttl_seconds`` after its
+    holder's last socket is gone. Only live ones: an ended lease stays ended."""
+    pairs = set(agents)
+    if not pairs:
+        return 0
+    held = Q()
+    for key_prefix, agent_id in pairs:
+        held |= Q(key_prefix=key_prefix, holder=agent_id)
+    leases = Lease.objects.live().filter(held, session=True)
+    now = timezone.now()
+    renewed = 0
+    for ttl in leases.values_list("ttl_seconds", flat=True).distinct():
+        renewed += leases.filter(ttl_seconds=ttl).update(expires_at=now + timedelta(seconds=ttl))
+    return renewed
 
 
 def lease_revoke(*, lease_id: str, holder: str, key_prefix: str) -> None:

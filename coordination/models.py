@@ -37,6 +37,9 @@ class Lease(models.Model):
     expires_at = models.DateTimeField(db_index=True)
     fence = models.PositiveBigIntegerField(default=0)
     revoked = models.BooleanField(default=False)
+    # Kept alive by its holder's open agent sockets (coordination.sessions), not by
+    # keep-alive calls: it ends ttl_seconds after the holder's last socket is gone.
+    session = models.BooleanField(default=False)
 
     objects = LeaseQuerySet.as_manager()
 

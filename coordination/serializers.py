@@ -128,6 +128,12 @@ class LeaseRequestSerializer(serializers.Serializer):
     other fields are ignored)."""
 
     ttl_seconds = Int64Field(min_value=MIN_TTL, max_value=MAX_TTL)
+    session = serializers.BooleanField(
+        required=False,
+        help_text="Kept alive by the holder's open agent sockets instead of keep-alive "
+        "calls; ends ttl_seconds after the last one closes. Needs an open socket "
+        "(409 NO_SESSION).",
+    )
 
 
 # --- POST /api/txn: the body txn_parse reads, as OpenAPI ----------------------------

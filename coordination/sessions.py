@@ -19,6 +19,7 @@ from django.utils import timezone
 from access.models import ApiKey
 from common.inputs import iso_time
 
+from .leases import session_leases_renew
 from .models import AgentSession, Lease
 
 
@@ -34,14 +35,22 @@ def session_open(*, key_prefix: str, agent_id: str) -> int:
 
 
 def session_close(session_id: int) -> None:
+    """The socket closed: its row goes, and its agent's session leases start their
+    grace period now (other sockets of the agent, if any, go on renewing them)."""
+    closed = AgentSession.objects.filter(pk=session_id).values_list("key_prefix", "agent_id")
+    agents = list(closed)
     AgentSession.objects.filter(pk=session_id).delete()
+    session_leases_renew(agents)
 
 
 def sessions_seen(session_ids: Iterable[int]) -> None:
-    """Renews this process's open sessions, and drops every process's dead ones."""
+    """Renews this process's open sessions and their agents' session leases, and
+    drops every process's dead sessions."""
     ids = list(session_ids)
     if ids:
-        AgentSession.objects.filter(pk__in=ids).update(last_seen=timezone.now())
+        sessions = AgentSession.objects.filter(pk__in=ids)
+        sessions.update(last_seen=timezone.now())
+        session_leases_renew(sessions.values_list("key_prefix", "agent_id").distinct())
     AgentSession.objects.stale().delete()
 
 
@@ -61,6 +70,7 @@ def agents_live() -> list[dict[str, Any]]:
                 "ttl_seconds": lease.ttl_seconds,
                 "expires_at": iso_time(lease.expires_at),
                 "fence": lease.fence,
+                "session": lease.session,
             }
         )
     agents: dict[tuple[str, str], dict[str, Any]] = {}

@@ -96,13 +96,14 @@ class ClaimView(ApiView):
 class LeaseListView(ApiView):
     required_permissions = {"POST": WRITE}
 
-    @extend_schema(request=LeaseRequestSerializer, responses={201: dict})
+    @extend_schema(request=LeaseRequestSerializer, responses={201: dict, 409: CONFLICT})
     def post(self, request: Request) -> Response:
         body = request.data if isinstance(request.data, dict) else {}
         lease = leases.lease_grant(
             holder=principal(request).agent_id,
             key_prefix=principal(request).key.prefix,
             ttl_seconds=body.get("ttl_seconds"),
+            session=body.get("session"),
         )
         return Response(leases.lease_data(lease), status=201)
 

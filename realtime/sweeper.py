@@ -5,7 +5,7 @@ defaults (in-memory channel layer) the worker is another process and its pushes
 reach no socket. So each server process with open sockets also sweeps once a
 second: the ``approval_decided`` push then leaves from the process that holds
 the sockets. What it runs is whatever the apps registered as timed sweeps
-(``shards.hooks.tick_sweeps``: approval expiry); marking is idempotent. The sweep stops
+(``shards.hooks.tick_sweeps``: approval and lease expiry); marking is idempotent. The sweep stops
 when the process's last socket closes (it used to run for the life of any
 process that ever had one)."""
 

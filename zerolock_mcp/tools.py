@@ -44,6 +44,8 @@ class Tool:
     body_extra: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     required: list[str] | None = None
     drop_body_rules: bool = False
+    # Body fields not offered to models: they mean nothing over /mcp.
+    omit: frozenset[str] = frozenset()
 
     def input_schema(self, document: dict[str, Any]) -> dict[str, Any]:
         extra = (
@@ -59,7 +61,7 @@ class Tool:
                 "additionalProperties": False,
             }
             return schema
-        return tool_input_schema(
+        schema = tool_input_schema(
             document,
             self.method,
             self.path,
@@ -67,6 +69,9 @@ class Tool:
             required=self.required,
             drop_body_rules=self.drop_body_rules,
         )
+        for name in self.omit:
+            schema["properties"].pop(name, None)
+        return schema
 
     def annotations(self) -> dict[str, Any]:
         hints: dict[str, Any] = {"readOnlyHint": self.read_only, "openWorldHint": False}
@@ -221,6 +226,8 @@ TOOLS: tuple[Tool, ...] = (
         "Grant a lease for ttl_seconds: claims and path locks bound to it are released when "
         "it ends. Keep it alive with lease_keepalive before the ttl runs out; its fence "
         "token orders holders." + REFUSALS,
+        # A session lease lives with an agent socket (/ws/agents/), which /mcp is not.
+        omit=frozenset({"session"}),
     ),
     Tool(
         "lease_keepalive",
