@@ -140,3 +140,39 @@ def test_a_session_lease_granted_on_one_process_ends_when_its_socket_there_close
     finally:
         stop_server(other)
     assert took <= TTL + 1, took
+
+
+async def test_eighty_agents_over_their_sockets_claim_a_hundred_tasks_exactly_once(
+    live_server_url,
+):
+    _, key = await sync_to_async(api_key_create)(name="swarm", permissions=EVERYTHING)
+    tasks = {f"t{n:03}": {"status": "pending"} for n in range(100)}
+    planner = {"X-API-Key": key, "X-Agent-Id": "planner"}
+    async with httpx.AsyncClient(base_url=live_server_url, headers=planner) as http:
+        made = await http.post(
+            "/api/shards", json={"id": "queue", "type": "decision", "initial_value": tasks}
+        )
+        assert made.status_code == 201, made.text
+    claim = {"where": {"status": "pending"}, "set": {"status": "claimed"}}
+
+    async def agent(n: int) -> list[str]:
+        headers = {"X-API-Key": key, "X-Agent-Id": f"agent-{n:02}"}
+        taken: list[str] = []
+        async with websockets.connect(ws_url(live_server_url), additional_headers=headers) as c:
+            socket = Socket(c)
+            while True:
+                status, body = await socket.call("POST", "/api/shards/queue/claim", claim)
+                if status == 404 and body["error"]["code"] == "NOTHING_TO_CLAIM":
+                    return taken
+                assert status == 200, body
+                assert body["task"]["holder"] == f"agent-{n:02}"
+                taken.append(body["task_id"])
+
+    claimed = await asyncio.gather(*(agent(n) for n in range(80)))
+    every = [task for taken in claimed for task in taken]
+    assert len(every) == 100 and set(every) == set(tasks)  # none lost, none twice
+    async with httpx.AsyncClient(base_url=live_server_url, headers={"X-API-Key": key}) as http:
+        shard = (await http.get("/api/shards/queue")).json()
+    assert shard["version"] == 101
+    holders = {task: f"agent-{n:02}" for n, taken in enumerate(claimed) for task in taken}
+    assert {task: value["holder"] for task, value in shard["value"].items()} == holders
