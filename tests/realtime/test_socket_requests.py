@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
+import time
 from typing import Any
 
 import httpx
@@ -267,3 +270,78 @@ def test_requests_past_the_in_flight_cap_are_answered_429_at_once():
         "message": "",
         "limit": 2,
     }
+
+
+def test_a_sigkill_mid_storm_of_socket_writes_loses_no_acknowledged_write():
+    """Twenty agents append over their sockets to one array shard and to their own
+    decision shards while the server is killed with -9; every write answered 200
+    is there after a restart."""
+    _, raw = api_key_create(name="storm", permissions=EVERYTHING)
+    doomed, url = start_server(server_env())
+    acked_items: list[str] = []
+    acked_versions: dict[str, tuple[int, int]] = {}  # shard -> (version, value)
+
+    async def prepare() -> None:
+        async with httpx.AsyncClient(
+            base_url=url, headers={"X-API-Key": raw, "X-Agent-Id": "p"}
+        ) as h:
+            made = await h.post(
+                "/api/shards", json={"id": "log", "type": "additive", "crdt_type": "array"}
+            )
+            assert made.status_code == 201, made.text
+            for n in range(20):
+                own = {"id": f"own{n}", "type": "decision", "initial_value": 0}
+                assert (await h.post("/api/shards", json=own)).status_code == 201
+
+    async def agent(n: int) -> None:
+        headers = {"X-API-Key": raw, "X-Agent-Id": f"a{n}"}
+        try:
+            async with websockets.connect(ws_url(url), additional_headers=headers) as conn:
+                socket = Socket(conn)
+                version = 1
+                for i in range(10_000):
+                    item = f"{n}-{i}"
+                    status, _ = await socket.call(
+                        "POST", "/api/shards/log/commit", {"append": [item]}
+                    )
+                    if status == 200:
+                        acked_items.append(item)
+                    status, body = await socket.call(
+                        "POST",
+                        f"/api/shards/own{n}/commit",
+                        {"expected_version": version, "new_value": i + 1},
+                    )
+                    if status == 200:
+                        version = body["version"]
+                        acked_versions[f"own{n}"] = (version, i + 1)
+        except (websockets.ConnectionClosed, OSError, TimeoutError):
+            return  # the kill
+
+    async def storm() -> None:
+        await prepare()
+        agents = [asyncio.create_task(agent(n)) for n in range(20)]
+        deadline = time.monotonic() + 30
+        while len(acked_items) < 300 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        os.kill(doomed.pid, signal.SIGKILL)
+        await asyncio.gather(*agents)
+
+    try:
+        asyncio.run(storm())
+    finally:
+        stop_server(doomed)
+    assert len(acked_items) >= 300 and len(acked_versions) == 20
+    again, again_url = start_server(server_env())
+    try:
+        with httpx.Client(base_url=again_url, headers={"X-API-Key": raw}) as http:
+            log = http.get("/api/shards/log").json()["value"]
+            own = {s: http.get(f"/api/shards/{s}").json() for s in acked_versions}
+    finally:
+        stop_server(again)
+    assert [item for item in acked_items if item not in set(log)] == []
+    assert len(log) == len(set(log))  # and none twice
+    for shard_id, (version, value) in acked_versions.items():
+        # The last acknowledged commit, or one the kill cut off after it was made.
+        assert own[shard_id]["version"] in (version, version + 1), shard_id
+        if own[shard_id]["version"] == version:
+            assert own[shard_id]["value"] == value, shard_id
