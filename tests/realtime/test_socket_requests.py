@@ -16,7 +16,8 @@ import pytest
 import websockets
 from asgiref.sync import sync_to_async
 
-from access.services import api_key_create
+from access.services import api_key_create, api_key_revoke
+from shards.models import Shard
 from tests.conftest import server_env, start_server, stop_server
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
@@ -345,3 +346,39 @@ def test_a_sigkill_mid_storm_of_socket_writes_loses_no_acknowledged_write():
         assert own[shard_id]["version"] in (version, version + 1), shard_id
         if own[shard_id]["version"] == version:
             assert own[shard_id]["value"] == value, shard_id
+
+
+def test_requests_after_the_key_is_revoked_are_refused_and_the_socket_closes_4401(
+    live_server_url,
+):
+    """A process learns of a revocation within its key poll (0.5 s): requests it
+    answers after that are 401, and the socket closes with 4401."""
+    key, raw = api_key_create(name="doomed", permissions=EVERYTHING)
+    headers = {"X-API-Key": raw, "X-Agent-Id": "eve"}
+
+    async def scenario() -> tuple[list[tuple[float, int]], int, float]:
+        async with websockets.connect(ws_url(live_server_url), additional_headers=headers) as c:
+            socket = Socket(c)
+            made = {"id": "vault", "type": "decision", "initial_value": 0}
+            assert (await socket.call("POST", "/api/shards", made))[0] == 201
+            await asyncio.to_thread(api_key_revoke, key=key, revoked_by="test")
+            revoked = time.monotonic()
+            answers: list[tuple[float, int]] = []
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                for n in range(100_000):
+                    version = 1 + sum(1 for _, status in answers if status == 200)
+                    status, _ = await socket.call(
+                        "POST",
+                        "/api/shards/vault/commit",
+                        {"expected_version": version, "new_value": n},
+                    )
+                    answers.append((time.monotonic() - revoked, status))
+            return answers, closed.value.rcvd.code, time.monotonic() - revoked
+
+    answers, code, closed_after = asyncio.run(scenario())
+    assert code == 4401 and closed_after < 1.5, closed_after
+    late = [status for at, status in answers if at > 1.0]
+    assert set(late) <= {401}, late
+    accepted = sum(1 for _, status in answers if status == 200)
+    assert Shard.objects.get(pk="vault").version == 1 + accepted
+    print(f"\n{accepted} commits accepted within the key poll, closed after {closed_after:.2f} s")
