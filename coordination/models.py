@@ -39,7 +39,7 @@ class Lease(models.Model):
     revoked = models.BooleanField(default=False)
     # Kept alive by its holder's open agent sockets (coordination.sessions), not by
     # keep-alive calls: it ends ttl_seconds after the holder's last socket is gone.
-    session = models.BooleanField(default=False)
+    session = models.BooleanField(default=False, db_default=False)
 
     objects = LeaseQuerySet.as_manager()
 
