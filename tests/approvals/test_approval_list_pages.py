@@ -237,7 +237,13 @@ def test_a_page_costs_the_same_few_statements_however_many_approvals_and_decisio
         with CaptureQueriesContext(connection) as queries:
             page = reader.get(f"/api/approvals?limit={limit}")
         assert len(ids_of(page)) == limit
-        counts[limit] = len(queries)
+        # Not the page's: a process re-reads a cached key after 0.5 s and the soonest
+        # lease expiry after 0.25 s, on whichever request comes next (a slow machine
+        # made the measured request pay for one).
+        counts[limit] = sum(
+            "hashed_key" not in q["sql"] and "shards_lease" not in q["sql"]
+            for q in queries.captured_queries
+        )
     assert counts[2] == counts[50] <= 4, counts
     rejected = {a["id"]: a for a in page.json()["results"]}[expected[0]]
     assert [d["reason"] for d in rejected["decisions"]] == ["no"]
