@@ -48,6 +48,12 @@ def lease_data(lease: Lease) -> dict[str, Any]:
     }
 
 
+def lease_expiry(ttl_seconds: int, now: datetime) -> datetime:
+    """When a lease granted or renewed at ``now`` ends: the one rule for grant,
+    keep-alive and session renewal."""
+    return now + timedelta(seconds=ttl_seconds)
+
+
 def _ttl(ttl_seconds: Any) -> int:
     if not is_json_integer(ttl_seconds) or not (MIN_TTL <= ttl_seconds <= MAX_TTL):
         raise Invalid(
@@ -82,7 +88,7 @@ def lease_grant(*, holder: str, key_prefix: str, ttl_seconds: Any, session: Any 
             holder=holder,
             key_prefix=key_prefix,
             ttl_seconds=ttl,
-            expires_at=now + timedelta(seconds=ttl),
+            expires_at=lease_expiry(ttl, now),
             session=bound,
         )
         entry = tx.audit.append(
@@ -127,7 +133,7 @@ def lease_owner_check(lease: Lease, *, holder: str, key_prefix: str) -> None:
 def lease_keepalive(*, lease_id: str, holder: str, key_prefix: str) -> Lease:
     with write_transaction():  # expired leases end first
         lease = _held(lease_id, holder, key_prefix)
-        lease.expires_at = timezone.now() + timedelta(seconds=lease.ttl_seconds)
+        lease.expires_at = lease_expiry(lease.ttl_seconds, timezone.now())
         lease.save(update_fields=["expires_at"])
     return lease
 
@@ -147,7 +153,7 @@ def session_leases_renew(agents: Iterable[tuple[str, str]]) -> int:
     now = timezone.now()
     renewed = 0
     for ttl in leases.values_list("ttl_seconds", flat=True).distinct():
-        renewed += leases.filter(ttl_seconds=ttl).update(expires_at=now + timedelta(seconds=ttl))
+        renewed += leases.filter(ttl_seconds=ttl).update(expires_at=lease_expiry(ttl, now))
     return renewed
 
 
