@@ -59,6 +59,8 @@ class AuditAction(models.TextChoices):
     LEASE_GRANTED = "lease.granted"
     LEASE_ENDED = "lease.ended"
     LEASE_RELEASED_PATH = "lease.released_path"
+    RESERVATION_CREATED = "reservation.created"
+    RESERVATION_ENDED = "reservation.ended"
 
 
 class AuditEntry(models.Model):

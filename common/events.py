@@ -28,6 +28,7 @@ EVENTS = {
     "crdt_update": ("shard_id", "update", "origin"),
     "conflict": ("key_prefix", "agent_id", "shard_id", "version", "winning", "rejected"),
     "approval_changed": ("approval", "event"),
+    "reservation_changed": ("reservation", "event"),
 }
 
 

@@ -35,3 +35,10 @@ class CoordinationConfig(AppConfig):
         # Every lease saved in this process moves its next-expiry deadline.
         post_save.connect(noted, sender=Lease, weak=False, dispatch_uid="lease-next-expiry")
         delete_hook_register("leases", lease_bindings_drop)
+
+        # Reservations end with their lease, and by time in the same per-second tick.
+        from .leases import lease_end_hook_register
+        from .reservations import reservations_end_with_lease, reservations_expire_now
+
+        lease_end_hook_register("reservations", reservations_end_with_lease)
+        tick_sweep_register("reservations", reservations_expire_now)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -238,6 +238,16 @@ def leases_expire_now() -> int:
 LEASE_SWEEP = "leases"
 
 
+LeaseEndHook = Callable[[WriteTx, Lease, str], None]
+_lease_end_hooks: dict[str, LeaseEndHook] = {}
+
+
+def lease_end_hook_register(name: str, hook: LeaseEndHook) -> None:
+    """``hook(tx, lease, why)`` runs in the transaction that ends a lease, before
+    its paths are released: what else ends with it (reservations)."""
+    _lease_end_hooks[name] = hook
+
+
 def _end(tx: WriteTx, lease: Lease, why: str) -> None:
     """Ends a lease and removes what it held, one new version per shard touched
     (exempt, by name, from the owners, the gate and the schema: ``Exemption.LEASE_END``)."""
@@ -249,6 +259,8 @@ def _end(tx: WriteTx, lease: Lease, why: str) -> None:
         key_prefix=lease.key_prefix,
         details={"lease_id": lease.id, "why": why},
     )
+    for hook in list(_lease_end_hooks.values()):
+        hook(tx, lease, why)
     bindings = list(LeaseBinding.objects.filter(lease=lease))
     by_shard: dict[tuple[str, Any], list[list[Any]]] = {}
     for binding in bindings:

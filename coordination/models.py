@@ -120,3 +120,61 @@ class AgentSession(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent_id} ({self.key_prefix}) on {self.process}"
+
+
+RESERVATION_ID_REGEX = r"^rsv_[0-9a-f]{24}$"
+
+
+def new_reservation_id() -> str:
+    return f"rsv_{secrets.token_hex(12)}"  # RESERVATION_ID_REGEX
+
+
+class ReservationQuerySet(models.QuerySet):
+    """The one definition of a reservation's state. ``live``: not ended (released,
+    or recorded as ended by a sweep), before its own time if it has one, and, if
+    bound to a lease, while that lease is live. Every answer filters by it, so a
+    reservation is gone the moment its time or its lease is, whether or not a
+    sweep has written its end yet. ``due``: past its own time, its end not yet
+    recorded."""
+
+    def live(self, now: datetime | None = None) -> ReservationQuerySet:
+        now = now or timezone.now()
+        return self.filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now),
+            models.Q(lease__isnull=True)
+            | models.Q(lease__revoked=False, lease__expires_at__gt=now),
+            ended=False,
+        )
+
+    def due(self, now: datetime | None = None) -> ReservationQuerySet:
+        return self.filter(ended=False, expires_at__lte=now or timezone.now())
+
+
+class Reservation(models.Model):
+    """Glob patterns of paths an agent says it is working on (coordination.reservations):
+    an exclusive one refuses every other agent's overlapping reservation."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_reservation_id)
+    holder = models.CharField(max_length=128)
+    key_prefix = models.CharField(max_length=16)
+    patterns = models.JSONField()
+    exclusive = models.BooleanField(default=True)
+    reason = models.CharField(max_length=500, blank=True)
+    # Ends with its lease (a session lease: with its agent's sockets), if bound.
+    lease = models.ForeignKey(
+        Lease, null=True, blank=True, on_delete=models.CASCADE, related_name="reservations"
+    )
+    ttl_seconds = models.PositiveIntegerField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # The creation's global revision: a later reservation always has a larger one.
+    fence = models.PositiveBigIntegerField(default=0, db_index=True)
+    ended = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = ReservationQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["holder", "key_prefix"])]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.holder}: {', '.join(self.patterns)})"

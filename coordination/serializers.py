@@ -23,7 +23,9 @@ from shards.serializers import FenceField
 
 from .claims import HOLDER
 from .leases import MAX_TTL, MIN_TTL
-from .models import LEASE_ID_REGEX
+from .models import LEASE_ID_REGEX, RESERVATION_ID_REGEX
+from .reservations import MAX_CHECK_PATHS, MAX_PATTERNS, MAX_REASON
+from .reservations import MAX_PATH as MAX_FILE_PATH
 from .txn import COMPARE_OPS, MAX_ITEMS, MAX_PATH
 
 MAX_FIELDS = 32  # in where, and in set
@@ -267,3 +269,87 @@ class AgentSerializer(serializers.Serializer):
 
 class AgentListSerializer(serializers.Serializer):
     results = AgentSerializer(many=True)
+
+
+# --- path reservations --------------------------------------------------------------
+
+RESERVATION_ID_PARAMETER = OpenApiParameter(
+    "reservation_id", OpenApiTypes.STR, OpenApiParameter.PATH, pattern=RESERVATION_ID_REGEX
+)
+
+
+class ReservationRequestSerializer(serializers.Serializer):
+    """Documents the body of POST /api/reservations (``reservations.reservation_create``
+    checks it; other fields are ignored)."""
+
+    patterns = serializers.ListField(
+        child=serializers.CharField(max_length=256, trim_whitespace=False),
+        min_length=1,
+        max_length=MAX_PATTERNS,
+        help_text="Globs of relative paths: `*`, `?`, `[...]` within a segment, `**` for any "
+        "number of segments (`src/**` covers `src` too), `\\` escapes.",
+    )
+    exclusive = serializers.BooleanField(
+        required=False,
+        default=True,
+        help_text="Exclusive (the default) refuses every overlapping reservation of another "
+        "agent; shared ones refuse only exclusive ones.",
+    )
+    ttl_seconds = Int64Field(
+        min_value=MIN_TTL,
+        max_value=MAX_TTL,
+        required=False,
+        help_text="Required unless lease_id is given; renewed by keep-alive.",
+    )
+    reason = serializers.CharField(required=False, max_length=MAX_REASON, allow_blank=True)
+    lease_id = serializers.RegexField(
+        LEASE_ID_REGEX,
+        required=False,
+        help_text="A live lease of the caller's: the reservation ends when it does "
+        "(a session lease: when the agent's sockets are gone).",
+    )
+
+
+class ReservationSerializer(serializers.Serializer):
+    reservation_id = serializers.CharField()
+    patterns = serializers.ListField(child=serializers.CharField())
+    exclusive = serializers.BooleanField()
+    holder = serializers.CharField()
+    key = AgentKeySerializer()
+    reason = serializers.CharField(allow_blank=True)
+    lease_id = serializers.CharField(allow_null=True)
+    ttl_seconds = serializers.IntegerField(allow_null=True)
+    expires_at = serializers.DateTimeField(
+        allow_null=True, help_text="None: it lives as long as its lease."
+    )
+    fence = serializers.IntegerField(help_text="Grows with every reservation made.")
+    created_at = serializers.DateTimeField()
+
+
+class ReservationListSerializer(serializers.Serializer):
+    results = ReservationSerializer(many=True)
+    count = serializers.IntegerField(help_text="All that matched; at most 1000 are listed.")
+
+
+class ReservationListQuerySerializer(serializers.Serializer):
+    holder = serializers.CharField(required=False, help_text="Only this agent's.")
+    path = serializers.CharField(
+        required=False, max_length=MAX_FILE_PATH, help_text="Only those with a pattern matching it."
+    )
+
+
+class ReservationCheckSerializer(serializers.Serializer):
+    paths = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_FILE_PATH, trim_whitespace=False),
+        min_length=1,
+        max_length=MAX_CHECK_PATHS,
+    )
+
+
+class ReservationCheckConflictSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    reservation = ReservationSerializer()
+
+
+class ReservationCheckResultSerializer(serializers.Serializer):
+    conflicts = ReservationCheckConflictSerializer(many=True)

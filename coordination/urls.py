@@ -13,4 +13,16 @@ urlpatterns = [
         views.LeaseKeepAliveView.as_view(),
         name="lease-keepalive",
     ),
+    path("reservations", views.ReservationListView.as_view(), name="reservation-list"),
+    path("reservations/check", views.ReservationCheckView.as_view(), name="reservation-check"),
+    path(
+        "reservations/<str:reservation_id>",
+        views.ReservationDetailView.as_view(),
+        name="reservation-detail",
+    ),
+    path(
+        "reservations/<str:reservation_id>/keepalive",
+        views.ReservationKeepAliveView.as_view(),
+        name="reservation-keepalive",
+    ),
 ]

@@ -14,14 +14,21 @@ from common.openapi import CONFLICT, PREFER_PARAMETERS, ErrorEnvelopeSerializer
 from common.prefer import write_answer
 from shards.serializers import SHARD_ID_PARAMETER
 
-from . import leases, sessions
+from . import leases, reservations, sessions
 from .claims import task_claim
 from .serializers import (
     LEASE_ID_PARAMETER,
+    RESERVATION_ID_PARAMETER,
     AgentListSerializer,
     ClaimResultSerializer,
     ClaimSerializer,
     LeaseRequestSerializer,
+    ReservationCheckResultSerializer,
+    ReservationCheckSerializer,
+    ReservationListQuerySerializer,
+    ReservationListSerializer,
+    ReservationRequestSerializer,
+    ReservationSerializer,
     TxnSerializer,
 )
 from .txn import txn_apply
@@ -134,3 +141,98 @@ class LeaseKeepAliveView(ApiView):
             key_prefix=principal(request).key.prefix,
         )
         return Response(leases.lease_data(lease))
+
+
+RESERVATION_CONFLICT = OpenApiResponse(
+    ErrorEnvelopeSerializer,
+    description="RESERVATION_CONFLICT: a pattern overlaps another agent's reservation; "
+    "`conflicts` lists each (holder, patterns, expires_at, the overlapping pattern and a "
+    "path both match). Or LEASE_NOT_FOUND (404) for a lease_id that is not live.",
+)
+
+
+def _agent(request: Request) -> reservations.Agent:
+    return reservations.Agent(
+        agent_id=principal(request).agent_id, key_prefix=principal(request).key.prefix
+    )
+
+
+class ReservationListView(ApiView):
+    """Path reservations: globs an agent is working on; an exclusive one refuses
+    every other agent's overlapping pattern."""
+
+    required_permissions = {"GET": READ, "POST": WRITE}
+
+    @extend_schema(
+        parameters=[ReservationListQuerySerializer],
+        responses=ReservationListSerializer,
+        operation_id="reservations_list",
+    )
+    def get(self, request: Request) -> Response:
+        query = request.query_params
+        return Response(
+            reservations.reservations_list(holder=query.get("holder"), path=query.get("path"))
+        )
+
+    @extend_schema(
+        request=ReservationRequestSerializer,
+        responses={201: ReservationSerializer, 409: RESERVATION_CONFLICT},
+    )
+    def post(self, request: Request) -> Response:
+        body = request.data if isinstance(request.data, dict) else {}
+        reservation = reservations.reservation_create(
+            agent=_agent(request),
+            patterns=body.get("patterns"),
+            exclusive=body.get("exclusive"),
+            ttl_seconds=body.get("ttl_seconds"),
+            reason=body.get("reason"),
+            lease_id=body.get("lease_id"),
+        )
+        return Response(reservations.reservation_data(reservation), status=201)
+
+
+class ReservationCheckView(ApiView):
+    """Which of these paths fall in another agent's exclusive reservation: what a
+    pre-commit hook (``zerolock guard``) asks before this agent commits them."""
+
+    required_permissions = {"POST": READ}
+
+    @extend_schema(
+        request=ReservationCheckSerializer,
+        responses=ReservationCheckResultSerializer,
+        operation_id="reservations_check",
+    )
+    def post(self, request: Request) -> Response:
+        body = request.data if isinstance(request.data, dict) else {}
+        return Response(
+            reservations.reservations_check(agent=_agent(request), paths=body.get("paths"))
+        )
+
+
+class ReservationDetailView(ApiView):
+    required_permissions = {"DELETE": WRITE}
+
+    @extend_schema(
+        responses={204: OpenApiResponse(description="Released")},
+        parameters=[RESERVATION_ID_PARAMETER],
+    )
+    def delete(self, request: Request, reservation_id: str) -> Response:
+        reservations.reservation_release(
+            agent=_agent(request),
+            reservation_id=reservation_id,
+            admin=principal(request).key.has_permission("admin"),
+        )
+        return Response(status=204)
+
+
+class ReservationKeepAliveView(ApiView):
+    required_permissions = {"POST": WRITE}
+
+    @extend_schema(
+        request=None, responses=ReservationSerializer, parameters=[RESERVATION_ID_PARAMETER]
+    )
+    def post(self, request: Request, reservation_id: str) -> Response:
+        reservation = reservations.reservation_keepalive(
+            agent=_agent(request), reservation_id=reservation_id
+        )
+        return Response(reservations.reservation_data(reservation))

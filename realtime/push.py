@@ -330,6 +330,12 @@ def approval_changed(*, approval: Any, event: str) -> None:
     )
 
 
+def reservation_changed(*, reservation: dict[str, Any], event: str) -> None:
+    """A path reservation made or ended ("created", "released", "expired", "lease
+    expired", "lease revoked"): to the console's /ws/live/ pages."""
+    live_send({"type": "reservation", "event": event} | reservation)
+
+
 def sinks_register() -> None:
     """What the domain's events become here (``common.events``)."""
     event_sink("shard_changed", shard_changed)
@@ -337,3 +343,4 @@ def sinks_register() -> None:
     event_sink("crdt_update", crdt_update_push)
     event_sink("conflict", conflict_notify)
     event_sink("approval_changed", approval_changed)
+    event_sink("reservation_changed", reservation_changed)

@@ -303,6 +303,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "coordination.tasks.expire_leases",
         "schedule": 1.0,
     },
+    "expire-reservations": {
+        "task": "coordination.tasks.expire_reservations",
+        "schedule": 5.0,
+    },
     "prune-idempotency-records": {
         "task": "coordination.tasks.prune_idempotency_records",
         "schedule": 3600.0,
