@@ -290,9 +290,9 @@ class McpEndpoint:
         if tool.name == "approval_request" and isinstance(data, dict) and "id" in data:
             path = reverse("console-detail", args=[data["id"]])
             return data | {"console_url": f"{caller.scheme}://{caller.host}{path}"}
-        if tool.name == "lease_revoke" and data is None:
+        if tool.ended_as and data is None:
             # REST answers 204 with no body; a model is told what happened.
-            return {"lease_id": call.path.rsplit("/", 1)[-1], "revoked": True}
+            return tool.ended(call.path)
         return data
 
     # --- resources -----------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from common.errors import Invalid
 
@@ -46,6 +46,14 @@ class Tool:
     drop_body_rules: bool = False
     # Body fields not offered to models: they mean nothing over /mcp.
     omit: frozenset[str] = frozenset()
+    # For a DELETE answered 204: the word a model is told instead of nothing
+    # ({"<id parameter>": id, "<ended_as>": true}).
+    ended_as: str = ""
+
+    def ended(self, path: str) -> dict[str, Any]:
+        """What the empty answer of this DELETE means, for a model."""
+        parameter = self.path.rsplit("{", 1)[-1].rstrip("}")
+        return {parameter: unquote(path.rsplit("/", 1)[-1]), self.ended_as: True}
 
     def input_schema(self, document: dict[str, Any]) -> dict[str, Any]:
         extra = (
@@ -244,6 +252,40 @@ TOOLS: tuple[Tool, ...] = (
         "End a lease you hold now, releasing what is bound to it." + REFUSALS,
         destructive=True,
         idempotent=True,
+        ended_as="revoked",
+    ),
+    Tool(
+        "reservation_create",
+        "POST",
+        "/api/reservations",
+        "Reserve the files you are about to edit, as glob patterns of repository paths "
+        "(e.g. ['src/parser/**/*.py']; * within a directory, ** across directories), for "
+        "ttl_seconds or as long as lease_id lives. Exclusive (the default) keeps every other "
+        "agent out of any path both patterns match; exclusive=false only says you read "
+        "them. RESERVATION_CONFLICT (409): another agent holds an overlapping pattern; "
+        "the error lists each holder, its reason and expires_at, and a path both match: "
+        "work on something else or wait, do not edit those files. Release with "
+        "reservation_release when done." + REFUSALS,
+    ),
+    Tool(
+        "reservation_check",
+        "POST",
+        "/api/reservations/check",
+        "Before writing or committing files, ask which of these paths fall in another "
+        "agent's exclusive reservation. An empty conflicts list means none does; your own "
+        "reservations are never reported." + REFUSALS,
+        read_only=True,
+        idempotent=True,
+    ),
+    Tool(
+        "reservation_release",
+        "DELETE",
+        "/api/reservations/{reservation_id}",
+        "End a reservation you hold, so other agents may take those paths. "
+        "RESERVATION_NOT_FOUND (404): it has already ended." + REFUSALS,
+        destructive=True,
+        idempotent=True,
+        ended_as="released",
     ),
     Tool(
         "approval_request",

@@ -45,6 +45,9 @@ async def test_the_tools_are_listed_with_schemas_from_the_api_and_honest_hints(l
             "lease_grant",
             "lease_keepalive",
             "lease_revoke",
+            "reservation_create",
+            "reservation_check",
+            "reservation_release",
             "approval_request",
             "approval_get",
         ]
@@ -76,6 +79,15 @@ async def test_the_tools_are_listed_with_schemas_from_the_api_and_honest_hints(l
     assert {"compare", "success", "failure"} <= arguments["txn"]
     assert arguments["lease_grant"] == {"ttl_seconds"}
     assert arguments["lease_keepalive"] == arguments["lease_revoke"] == {"lease_id"}
+    assert arguments["reservation_create"] == {
+        "patterns",
+        "exclusive",
+        "ttl_seconds",
+        "reason",
+        "lease_id",
+    }
+    assert arguments["reservation_check"] == {"paths"}
+    assert arguments["reservation_release"] == {"reservation_id"}
     assert arguments["approval_request"] == {
         "shard_id",
         "proposed_value",
@@ -189,6 +201,58 @@ async def test_every_tool_succeeds_with_the_rest_answer_as_its_content(live_serv
         assert revoked == {"lease_id": lease["lease_id"], "revoked": True}
         gone = await mcp.call_tool("lease_keepalive", {"lease_id": lease["lease_id"]})
         assert error_of(gone)["code"] == "LEASE_NOT_FOUND" and status_of(gone) == 404
+
+
+async def test_two_agents_over_mcp_reserve_paths_and_the_second_is_refused_the_overlap(
+    live_server_url,
+):
+    _, alice_key = await key("alice", WRITER)
+    _, bob_key = await key("bob", WRITER)
+    async with (
+        mcp_session(live_server_url, alice_key, "alice") as alice,
+        mcp_session(live_server_url, bob_key, "bob") as bob,
+    ):
+        held = answer_of(
+            await alice.call_tool(
+                "reservation_create",
+                {"patterns": ["src/**/*.py"], "ttl_seconds": 600, "reason": "parser rewrite"},
+            )
+        )
+        assert held["holder"] == "alice" and held["exclusive"] is True
+        refused = await bob.call_tool(
+            "reservation_create", {"patterns": ["src/app/*.py"], "ttl_seconds": 60}
+        )
+        conflict = error_of(refused)
+        assert status_of(refused) == 409 and conflict["code"] == "RESERVATION_CONFLICT"
+        assert [c["reservation_id"] for c in conflict["conflicts"]] == [held["reservation_id"]]
+        assert conflict["conflicts"][0]["reason"] == "parser rewrite"
+        assert conflict["conflicts"][0]["example_path"].startswith("src/app/")
+
+        checked = answer_of(
+            await bob.call_tool("reservation_check", {"paths": ["src/app/x.py", "README.md"]})
+        )
+        assert [c["path"] for c in checked["conflicts"]] == ["src/app/x.py"]
+        own = answer_of(await alice.call_tool("reservation_check", {"paths": ["src/app/x.py"]}))
+        assert own == {"conflicts": []}
+
+        taken = await bob.call_tool(
+            "reservation_release", {"reservation_id": held["reservation_id"]}
+        )
+        assert error_of(taken)["code"] == "PERMISSION_DENIED" and status_of(taken) == 403
+        released = answer_of(
+            await alice.call_tool("reservation_release", {"reservation_id": held["reservation_id"]})
+        )
+        assert released == {"reservation_id": held["reservation_id"], "released": True}
+        again = await alice.call_tool(
+            "reservation_release", {"reservation_id": held["reservation_id"]}
+        )
+        assert error_of(again)["code"] == "RESERVATION_NOT_FOUND" and status_of(again) == 404
+        granted = answer_of(
+            await bob.call_tool(
+                "reservation_create", {"patterns": ["src/app/*.py"], "ttl_seconds": 60}
+            )
+        )
+        assert granted["holder"] == "bob"
 
 
 async def test_refusals_are_tool_errors_carrying_the_api_envelope(live_server_url):
