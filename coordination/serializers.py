@@ -278,12 +278,18 @@ RESERVATION_ID_PARAMETER = OpenApiParameter(
 )
 
 
+# The shape a document can state of a path or a glob: '/'-separated segments, none
+# empty, no control character. The rest (no '.' or '..' segment, a closed '[',
+# no lone surrogate) is coordination.globs', refused with 400 VALIDATION_ERROR.
+SEGMENTS_REGEX = r"^[^/\x00-\x1f\x7f-\x9f]+(/[^/\x00-\x1f\x7f-\x9f]+)*$"
+
+
 class ReservationRequestSerializer(serializers.Serializer):
     """Documents the body of POST /api/reservations (``reservations.reservation_create``
     checks it; other fields are ignored)."""
 
     patterns = serializers.ListField(
-        child=serializers.CharField(max_length=256, trim_whitespace=False),
+        child=serializers.RegexField(SEGMENTS_REGEX, max_length=256, trim_whitespace=False),
         min_length=1,
         max_length=MAX_PATTERNS,
         help_text="Globs of relative paths: `*`, `?`, `[...]` within a segment, `**` for any "
@@ -333,14 +339,19 @@ class ReservationListSerializer(serializers.Serializer):
 
 class ReservationListQuerySerializer(serializers.Serializer):
     holder = serializers.CharField(required=False, help_text="Only this agent's.")
-    path = serializers.CharField(
-        required=False, max_length=MAX_FILE_PATH, help_text="Only those with a pattern matching it."
+    path = serializers.RegexField(
+        SEGMENTS_REGEX,
+        required=False,
+        max_length=MAX_FILE_PATH,
+        help_text="Only those with a pattern matching this path.",
     )
 
 
 class ReservationCheckSerializer(serializers.Serializer):
     paths = serializers.ListField(
-        child=serializers.CharField(max_length=MAX_FILE_PATH, trim_whitespace=False),
+        child=serializers.RegexField(
+            SEGMENTS_REGEX, max_length=MAX_FILE_PATH, trim_whitespace=False
+        ),
         min_length=1,
         max_length=MAX_CHECK_PATHS,
     )

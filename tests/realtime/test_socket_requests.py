@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 EVERYTHING = ["admin"]
 # What differs between two runs of the same calls: times, ids, hashes, counters.
 VOLATILE = re.compile(
-    r'"(?:[a-z_]*_at|at|expires_at|id|lease_id|approval_id|audit_entry_id|entry_hash|prev_hash|'
+    r'"(?:[a-z_]*_at|at|expires_at|id|lease_id|reservation_id|approval_id|audit_entry_id|entry_hash|prev_hash|'
     r'value_hash|requested_key_prefix|key_prefix|fence|revision|since)": ("[^"]*"|\d+)'
 )
 
@@ -114,6 +114,12 @@ def script(ns: str) -> list[tuple[str, str, Any]]:
         ),
         ("POST", "/api/leases", {"ttl_seconds": 30}),
         ("POST", "/api/leases", {"ttl_seconds": 0}),
+        ("POST", "/api/reservations", {"patterns": [f"{ns}src/**/*.py"], "ttl_seconds": 60}),
+        ("POST", "/api/reservations", {"patterns": [f"{ns}src/[z-a]"], "ttl_seconds": 60}),
+        ("GET", f"/api/reservations?path={ns}src/app/a.py", None),
+        ("POST", "/api/reservations/check", {"paths": [f"{ns}src/app/a.py"]}),
+        ("POST", "/api/reservations/rsv_000000000000000000000000/keepalive", None),
+        ("DELETE", "/api/reservations/rsv_000000000000000000000000", None),
         (
             "POST",
             "/api/shards",

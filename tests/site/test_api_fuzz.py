@@ -35,7 +35,9 @@ from access.identity import Actor
 from access.services import api_key_create
 from approvals.serializers import METADATA_MAX_DEPTH
 from common.boundeddiff import json_too_deep
+from common.errors import Invalid
 from common.ids import is_shard_id
+from coordination.globs import glob_check, is_valid_path
 from coordination.serializers import MAX_FIELD_NAME
 from shards.models import Shard, ShardType
 from shards.services import shard_create
@@ -99,6 +101,19 @@ def beyond_the_document(operation: str, case: Any, error: dict[str, Any]) -> str
         body.get("metadata"), METADATA_MAX_DEPTH
     ):
         return "metadata nested past its depth"  # OpenAPI 3.0 cannot bound nesting
+    if operation in ("POST /api/reservations", "POST /api/reservations/check") and (
+        _outside_the_glob_grammar(body.get("patterns"), glob=True)
+        or _outside_the_glob_grammar(body.get("paths"), glob=False)
+    ):
+        # The document states the segments; '.'/'..' segments, an unclosed '['
+        # or a reversed range are the grammar's (coordination.globs).
+        return "a path or glob the grammar refuses past the document's pattern"
+    if operation == "POST /api/reservations" and not ({"ttl_seconds", "lease_id"} & set(body)):
+        return "a reservation with neither ttl_seconds nor lease_id"  # one of two: not 3.0's
+    if operation == "GET /api/reservations" and _outside_the_glob_grammar(
+        [case.query.get("path")] if case.query and case.query.get("path") else [], glob=False
+    ):
+        return "a path or glob the grammar refuses past the document's pattern"
     shard_id = body.get("shard_id")
     if (
         operation == "POST /api/approvals/request"
@@ -107,6 +122,23 @@ def beyond_the_document(operation: str, case: Any, error: dict[str, Any]) -> str
     ):
         return "an approval for an additive shard"
     return None
+
+
+def _outside_the_glob_grammar(items: Any, *, glob: bool) -> bool:
+    if not isinstance(items, list):
+        return False
+    for item in items:
+        if not isinstance(item, str):
+            continue
+        if not glob:
+            if not is_valid_path(item):
+                return True
+            continue
+        try:
+            glob_check(item)
+        except Invalid:
+            return True
+    return False
 
 
 def _path_outside_the_document(case: Any) -> str | None:
