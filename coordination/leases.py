@@ -142,19 +142,33 @@ def session_leases_renew(agents: Iterable[tuple[str, str]]) -> int:
     """The session leases of these (key prefix, agent id) pairs live ``ttl_seconds``
     from now: called for every open socket's agent each heartbeat, and for an agent
     whose socket just closed, so a session lease ends ``ttl_seconds`` after its
-    holder's last socket is gone. Only live ones: an ended lease stays ended."""
+    holder's last socket is gone. Only live ones: an ended lease stays ended.
+    Answers how many were renewed."""
+    return sum(_session_leases_renewed(agents).values())
+
+
+def _session_leases_renewed(agents: Iterable[tuple[str, str]]) -> dict[int, int]:
+    """{ttl_seconds: leases renewed with it}: one UPDATE per distinct ttl."""
     pairs = set(agents)
     if not pairs:
-        return 0
+        return {}
     held = Q()
     for key_prefix, agent_id in pairs:
         held |= Q(key_prefix=key_prefix, holder=agent_id)
     leases = Lease.objects.live().filter(held, session=True)
     now = timezone.now()
-    renewed = 0
-    for ttl in leases.values_list("ttl_seconds", flat=True).distinct():
-        renewed += leases.filter(ttl_seconds=ttl).update(expires_at=lease_expiry(ttl, now))
-    return renewed
+    return {
+        ttl: leases.filter(ttl_seconds=ttl).update(expires_at=lease_expiry(ttl, now))
+        for ttl in leases.values_list("ttl_seconds", flat=True).distinct()
+    }
+
+
+def session_leases_release(agents: Iterable[tuple[str, str]]) -> int:
+    """An agent's socket closed: its session leases' grace starts now. Answers the
+    longest grace started (seconds; 0 if it holds none), which is how long this
+    process must go on sweeping so the end is written on time even if nobody
+    writes or reads (``realtime.sweeper.sweep_for``)."""
+    return max(_session_leases_renewed(agents), default=0)
 
 
 def lease_revoke(*, lease_id: str, holder: str, key_prefix: str) -> None:

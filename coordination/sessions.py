@@ -19,7 +19,7 @@ from django.utils import timezone
 from access.models import ApiKey
 from common.inputs import iso_time
 
-from .leases import session_leases_renew
+from .leases import session_leases_release, session_leases_renew
 from .models import AgentSession, Lease
 
 
@@ -34,13 +34,13 @@ def session_open(*, key_prefix: str, agent_id: str) -> int:
     ).pk
 
 
-def session_close(session_id: int) -> None:
+def session_close(session_id: int) -> int:
     """The socket closed: its row goes, and its agent's session leases start their
-    grace period now (other sockets of the agent, if any, go on renewing them)."""
-    closed = AgentSession.objects.filter(pk=session_id).values_list("key_prefix", "agent_id")
-    agents = list(closed)
+    grace period now (other sockets of the agent, if any, go on renewing them).
+    Answers the longest grace started, in seconds (``session_leases_release``)."""
+    agents = list(AgentSession.objects.filter(pk=session_id).values_list("key_prefix", "agent_id"))
     AgentSession.objects.filter(pk=session_id).delete()
-    session_leases_renew(agents)
+    return session_leases_release(agents)
 
 
 def sessions_seen(session_ids: Iterable[int]) -> None:

@@ -11,6 +11,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from coordination.sessions import session_close, session_open, sessions_seen
+from realtime.sweeper import SWEEP_SECONDS, sweep_for
 
 logger = logging.getLogger(__name__)
 _open: set[int] = set()
@@ -30,7 +31,12 @@ async def presence_open(*, key_prefix: str, agent_id: str) -> int:
 
 async def presence_close(session_id: int) -> None:
     _open.discard(session_id)
-    await database_sync_to_async(session_close)(session_id)
+    grace = await database_sync_to_async(session_close)(session_id)
+    if grace:
+        # The agent's session leases end `grace` seconds from now: this process
+        # sweeps until then even if this was its last socket, so their end (and
+        # the release of what they held) is written on time with nobody asking.
+        sweep_for(grace + SWEEP_SECONDS)
 
 
 async def _heartbeat() -> None:

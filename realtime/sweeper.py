@@ -7,12 +7,14 @@ second: the ``approval_decided`` push then leaves from the process that holds
 the sockets. What it runs is whatever the apps registered as timed sweeps
 (``shards.hooks.tick_sweeps``: approval and lease expiry); marking is idempotent. The sweep stops
 when the process's last socket closes (it used to run for the life of any
-process that ever had one)."""
+process that ever had one), or, when a closing agent socket started its session
+leases' grace, once that grace has run out (``sweep_for``)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from channels.db import database_sync_to_async
 
@@ -23,15 +25,32 @@ SWEEP_SECONDS = 1.0
 
 _task: asyncio.Task | None = None
 _sockets = 0  # open sockets in this process that asked for the sweep
+_until = 0.0  # time.monotonic() up to which it sweeps with no socket open
 
 
 def ensure_sweeping() -> None:
     """Called from consumers' connect (on the server's loop); pair it with
     ``sweeping_release`` in disconnect."""
-    global _task, _sockets
+    global _sockets
     _sockets += 1
+    _start()
+
+
+def sweep_for(seconds: float) -> None:
+    """Go on sweeping for at least ``seconds``, sockets or not (on the server's loop)."""
+    global _until
+    _until = max(_until, time.monotonic() + seconds)
+    _start()
+
+
+def _start() -> None:
+    global _task
     if _task is None or _task.done() or _task.get_loop() is not asyncio.get_running_loop():
         _task = asyncio.get_running_loop().create_task(_sweep())
+
+
+def _wanted() -> bool:
+    return _sockets > 0 or time.monotonic() < _until
 
 
 def sweeping_release() -> None:
@@ -41,7 +60,7 @@ def sweeping_release() -> None:
 
 async def _sweep() -> None:
     sweep = database_sync_to_async(tick_sweeps_run)
-    while _sockets > 0:
+    while _wanted():
         await asyncio.sleep(SWEEP_SECONDS)
         try:
             await sweep()

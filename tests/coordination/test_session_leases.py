@@ -12,8 +12,10 @@ import httpx
 import pytest
 import websockets
 from asgiref.sync import sync_to_async
+from django.utils import timezone
 
 from access.services import api_key_create
+from audit.models import AuditAction, AuditEntry
 from tests.conftest import server_env, start_server, stop_server
 from tests.realtime.test_socket_requests import EVERYTHING, Socket, ws_url
 
@@ -82,6 +84,54 @@ async def test_a_session_lease_lives_with_its_socket_and_ends_ttl_after_it_close
     async with httpx.AsyncClient(base_url=live_server_url, headers=alice) as http:
         gone = await http.post(f"/api/leases/{lease['lease_id']}/keepalive")
     assert (gone.status_code, gone.json()["error"]["code"]) == (404, "LEASE_NOT_FOUND")
+
+
+def ends_written(lease_id: str) -> dict[str, Any]:
+    """What the audit log holds about this lease's end, read straight from the
+    database: an API read would sweep by itself and prove nothing."""
+    entries = AuditEntry.objects.filter(
+        action__in=[
+            AuditAction.LEASE_ENDED,
+            AuditAction.LEASE_RELEASED_PATH,
+            AuditAction.RESERVATION_ENDED,
+        ]
+    ).order_by("pk")
+    return {
+        e.action: e
+        for e in entries
+        if e.details.get("lease_id") == lease_id or e.details.get("why") == "lease expired"
+    }
+
+
+async def test_a_session_lease_ends_on_time_with_nobody_asking_after_the_last_socket_closes(
+    live_server_url,
+):
+    """No request of any kind after the socket closes: only the server's own sweep
+    can write the end, and it must, though the process has no socket left."""
+    _, key = await sync_to_async(api_key_create)(name="workers", permissions=EVERYTHING)
+    alice = {"X-API-Key": key, "X-Agent-Id": "alice"}
+    async with websockets.connect(ws_url(live_server_url), additional_headers=alice) as conn:
+        socket = Socket(conn)
+        lease = await alice_leads(socket)
+        status, reserved = await socket.call(
+            "POST", "/api/reservations", {"patterns": ["src/**"], "lease_id": lease["lease_id"]}
+        )
+        assert status == 201, reserved
+    closed = timezone.now()
+    await asyncio.sleep(TTL + 2.5)
+    written = await sync_to_async(ends_written)(lease["lease_id"])
+    assert set(written) == {
+        AuditAction.LEASE_ENDED,
+        AuditAction.LEASE_RELEASED_PATH,
+        AuditAction.RESERVATION_ENDED,
+    }, written
+    ended = written[AuditAction.LEASE_ENDED]
+    assert ended.details["why"] == "expired"
+    assert (ended.created_at - closed).total_seconds() <= TTL + 1.5
+    assert (
+        written[AuditAction.RESERVATION_ENDED].details["reservation_id"]
+        == (reserved["reservation_id"])
+    )
 
 
 async def test_a_reconnect_within_the_grace_period_keeps_the_session_lease(live_server_url):
