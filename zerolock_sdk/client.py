@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, Unpack
 
 import httpx
@@ -22,6 +22,8 @@ from .models import (
     CommitResult,
     CreateShardOptions,
     Lease,
+    Reservation,
+    ReservationConflict,
     Shard,
     TxnResult,
 )
@@ -32,6 +34,8 @@ DEFAULT_URL = "http://127.0.0.1:8000"  # where `make run` listens
 PUBLIC_PATHS = frozenset({"/api/health", "/api/schema", "/api/docs"})
 # RFC 7240: the server leaves the value out of a write's answer (and says so).
 PREFER_MINIMAL = {"Prefer": "return=minimal"}
+# The most paths one POST /api/reservations/check takes (the server refuses more).
+MAX_CHECK_PATHS = 1000
 
 
 def resolve_url(base_url: str | None) -> str:
@@ -396,6 +400,72 @@ class ZeroLockClient:
                 elif line == "" and data is not None:
                     yield data
                     data = None
+
+    # --- path reservations ----------------------------------------------------------
+
+    async def reserve(
+        self,
+        patterns: Iterable[str],
+        *,
+        exclusive: bool = True,
+        ttl_seconds: int | None = None,
+        reason: str | None = None,
+        lease_id: str | None = None,
+    ) -> Reservation:
+        """Reserves the paths the globs match (``src/**/*.py``) for this agent.
+        Exclusive (the default) refuses every other agent's overlapping pattern;
+        shared ones stand beside shared ones. ``ttl_seconds`` is required unless
+        ``lease_id`` binds it to a lease (it then ends with the lease). Raises
+        ``ReservationConflictError`` (``.conflicts``) when another agent holds an
+        overlapping one. A lone string is one pattern, not its characters."""
+        body: dict[str, Any] = {
+            "patterns": [patterns] if isinstance(patterns, str) else list(patterns),
+            "exclusive": exclusive,
+        }
+        if ttl_seconds is not None:
+            body["ttl_seconds"] = ttl_seconds
+        if reason is not None:
+            body["reason"] = reason
+        if lease_id is not None:
+            body["lease_id"] = lease_id
+        return Reservation.from_json(
+            await self.request("POST", "/api/reservations", json_body=body)
+        )
+
+    async def list_reservations(
+        self, *, holder: str | None = None, path: str | None = None
+    ) -> list[Reservation]:
+        """The live reservations, oldest first: all, one holder's, or those with a
+        pattern matching ``path``. The server lists at most 1000 (it has no pages
+        for these: narrow by ``holder`` or ``path`` when there are more)."""
+        wanted = {"holder": holder, "path": path}
+        params = {k: v for k, v in wanted.items() if v is not None}
+        data = await self.request("GET", "/api/reservations", params=params or None)
+        return [Reservation.from_json(r) for r in data["results"]]
+
+    async def check_reservations(self, paths: Iterable[str]) -> list[ReservationConflict]:
+        """Which of ``paths`` fall in another agent's live exclusive reservation
+        (this agent's own, and shared ones, never do): what to ask before writing
+        or committing them. Sent in batches of the server's 1000-path limit, each
+        path once; no paths, no request."""
+        wanted = list(dict.fromkeys([paths] if isinstance(paths, str) else paths))
+        conflicts: list[ReservationConflict] = []
+        for start in range(0, len(wanted), MAX_CHECK_PATHS):
+            batch = wanted[start : start + MAX_CHECK_PATHS]
+            data = await self.request("POST", "/api/reservations/check", json_body={"paths": batch})
+            conflicts += [ReservationConflict.from_json(c) for c in data["conflicts"]]
+        return conflicts
+
+    async def keepalive_reservation(self, reservation_id: str) -> Reservation:
+        """Another ``ttl_seconds`` from now. One bound to a lease lives as long as
+        the lease: keep the lease alive instead (this answers it unchanged)."""
+        data = await self.request("POST", f"/api/reservations/{reservation_id}/keepalive")
+        return Reservation.from_json(data)
+
+    async def release_reservation(self, reservation_id: str) -> None:
+        """Ends it now. ``NotFoundError`` (code ``RESERVATION_NOT_FOUND``) once it
+        has ended already, by release, its time or its lease."""
+        await self.request("DELETE", f"/api/reservations/{reservation_id}")
 
     # --- the rest -------------------------------------------------------------------
 

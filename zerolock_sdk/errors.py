@@ -85,7 +85,7 @@ class MissingApiKeyError(AuthenticationError):
 
 
 class NotFoundError(ZeroLockError):
-    """404: no such shard, approval, lease or path."""
+    """404: no such shard, approval, lease, reservation or path."""
 
 
 class ConflictError(ZeroLockError):
@@ -94,6 +94,17 @@ class ConflictError(ZeroLockError):
 
 class FencedError(ConflictError):
     """409 FENCED: a newer lease holder has written this shard."""
+
+
+class ReservationConflictError(ConflictError):
+    """409 RESERVATION_CONFLICT: a pattern overlaps another agent's reservation
+    (one of the two exclusive). ``conflicts`` lists each reservation in the way,
+    with the server's fields plus ``pattern`` (yours), ``overlaps`` (theirs) and
+    ``example_path`` (a path both match), so the caller can say whom to ask."""
+
+    @property
+    def conflicts(self) -> list[dict[str, Any]]:
+        return self.details.get("conflicts", [])
 
 
 class RateLimitedError(ZeroLockError):
@@ -112,6 +123,9 @@ _BY_CODE: dict[str, type[ZeroLockError]] = {
     "SCHEMA_VIOLATION": SchemaViolationError,
     "SELF_APPROVAL": SelfApprovalError,
     "FENCED": FencedError,
+    "RESERVATION_CONFLICT": ReservationConflictError,
+    # Its status says as much; named so the mapping does not hang on the status alone.
+    "RESERVATION_NOT_FOUND": NotFoundError,
     "RATE_LIMITED": RateLimitedError,
 }
 _BY_STATUS: dict[int, type[ZeroLockError]] = {

@@ -241,3 +241,56 @@ class Lease:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Lease:
         return cls(data["lease_id"], data["ttl_seconds"], data["expires_at"], data["fence"])
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A path reservation: globs an agent said it is working on. ``expires_at``
+    is None when it lives as long as its lease (``lease_id``); ``key_name`` is the
+    name of the key that made it, so a person reading a refusal knows whose it is."""
+
+    id: str
+    patterns: list[str]
+    exclusive: bool
+    holder: str
+    key_name: str
+    key_prefix: str
+    reason: str
+    lease_id: str | None
+    ttl_seconds: int | None
+    expires_at: str | None
+    fence: int
+    created_at: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Reservation:
+        key = data.get("key") or {}
+        return cls(
+            id=data["reservation_id"],
+            patterns=list(data["patterns"]),
+            exclusive=data["exclusive"],
+            holder=data["holder"],
+            key_name=key.get("name", ""),
+            key_prefix=key.get("prefix", ""),
+            reason=data.get("reason", ""),
+            lease_id=data.get("lease_id"),
+            ttl_seconds=data.get("ttl_seconds"),
+            expires_at=data.get("expires_at"),
+            fence=data["fence"],
+            created_at=data["created_at"],
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class ReservationConflict:
+    """One answer of ``check_reservations``: ``path`` falls in another agent's live
+    exclusive ``reservation`` (a path in several is reported once for each)."""
+
+    path: str
+    reservation: Reservation
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ReservationConflict:
+        return cls(data["path"], Reservation.from_json(data["reservation"]))
