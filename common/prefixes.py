@@ -55,3 +55,14 @@ def scopes_q(field: str, prefixes: list[str]) -> models.Q:
 def within_prefixes(text: str, prefixes: list[str]) -> bool:
     """A key's scope check for one id: no prefixes means everything."""
     return not prefixes or any(prefix_matches(text, p) for p in prefixes)
+
+
+def scope_within(inner: list[str], outer: list[str]) -> bool:
+    """Whether every id a key scoped to ``inner`` may touch, one scoped to ``outer``
+    may touch too: each inner prefix starts with an outer one. No prefixes means
+    everything, which only an unscoped ``outer`` covers."""
+    if not outer:
+        return True
+    if not inner:
+        return False
+    return all(within_prefixes(prefix, outer) for prefix in inner)

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from access.models import ApiKey
 from common.inputs import iso_time
+from common.prefixes import scope_within
 
 from .leases import session_leases_release, session_leases_renew
 from .models import AgentSession, Lease
@@ -54,12 +55,28 @@ def sessions_seen(session_ids: Iterable[int]) -> None:
     AgentSession.objects.stale().delete()
 
 
-def agents_live() -> list[dict[str, Any]]:
+def agents_live(*, within: list[str] | None = None) -> list[dict[str, Any]]:
     """Every connected agent, by key and agent id: its sockets, since when, when
-    last seen, and the live leases it holds under that key."""
+    last seen, and the live leases it holds under that key.
+
+    ``within``: the caller's key scopes. A scoped key sees only the agents whose
+    keys are confined to its scopes (``scope_within``): a team's key learns
+    nothing of other teams' agents, or of unscoped ones, which may touch anything."""
     rows = list(AgentSession.objects.live().order_by("agent_id", "key_prefix", "connected_since"))
+    keys = {
+        key.prefix: key
+        for key in ApiKey.objects.filter(prefix__in={row.key_prefix for row in rows}).only(
+            "prefix", "name", "shard_prefixes"
+        )
+    }
+    if within:
+        rows = [
+            row
+            for row in rows
+            if row.key_prefix in keys and scope_within(keys[row.key_prefix].shard_prefixes, within)
+        ]
     prefixes = {row.key_prefix for row in rows}
-    names = dict(ApiKey.objects.filter(prefix__in=prefixes).values_list("prefix", "name"))
+    names = {prefix: keys[prefix].name for prefix in prefixes if prefix in keys}
     leases: dict[tuple[str, str], list[dict[str, Any]]] = {}
     holders = {row.agent_id for row in rows}
     live = Lease.objects.live().filter(holder__in=holders, key_prefix__in=prefixes).order_by("id")

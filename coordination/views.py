@@ -49,7 +49,9 @@ class AgentListView(ApiView):
         operation_id="agents_list",
     )
     def get(self, request: Request) -> Response:
-        return Response({"results": sessions.agents_live()})
+        return Response(
+            {"results": sessions.agents_live(within=principal(request).key.shard_prefixes)}
+        )
 
 
 class TxnView(ApiView):

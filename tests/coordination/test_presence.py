@@ -81,6 +81,30 @@ async def test_a_socket_without_an_agent_id_is_no_agent(live_server_url):
         assert await agents(live_server_url, key) == {}
 
 
+async def test_a_scoped_key_sees_only_the_agents_confined_to_its_scopes(live_server_url):
+    async def key(name: str, scopes: list[str]) -> str:
+        _, raw = await sync_to_async(api_key_create)(
+            name=name, permissions=["shard:read"], shard_prefixes=scopes
+        )
+        return raw
+
+    team_a = await key("team-a", ["team-a."])
+    team_a_ci = await key("team-a-ci", ["team-a.ci."])
+    team_b = await key("team-b", ["team-b."])
+    everything = await key("ops", [])
+    url = ws_url(live_server_url)
+    async with (
+        websockets.connect(url, additional_headers={"X-API-Key": team_a, "X-Agent-Id": "ann"}),
+        websockets.connect(url, additional_headers={"X-API-Key": team_a_ci, "X-Agent-Id": "cid"}),
+        websockets.connect(url, additional_headers={"X-API-Key": team_b, "X-Agent-Id": "ben"}),
+        websockets.connect(url, additional_headers={"X-API-Key": everything, "X-Agent-Id": "oz"}),
+    ):
+        assert sorted(await agents(live_server_url, everything)) == ["ann", "ben", "cid", "oz"]
+        assert sorted(await agents(live_server_url, team_a)) == ["ann", "cid"]
+        assert sorted(await agents(live_server_url, team_a_ci)) == ["cid"]
+        assert sorted(await agents(live_server_url, team_b)) == ["ben"]
+
+
 async def test_listing_agents_needs_shard_read(live_server_url):
     _, writer = await sync_to_async(api_key_create)(name="w", permissions=["shard:write"])
     async with httpx.AsyncClient(base_url=live_server_url, headers={"X-API-Key": writer}) as http:
