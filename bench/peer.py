@@ -116,6 +116,7 @@ class Answer:
 
 # What a request can fail with, short of an answer, in either transport.
 TRANSPORT_ERRORS = (
+    OSError,  # the socket transport's: websockets' ConnectionClosed, TimeoutError
     httpx.HTTPError,
     httpcore.NetworkError,
     httpcore.TimeoutException,
@@ -181,10 +182,65 @@ class Client:
         self.close()
 
 
+class SocketClient:
+    """One agent's ``/ws/agents/`` socket, carrying the REST API as request frames
+    (docs/api.md, /ws/agents/): the transport an agent that already holds its push
+    socket would use. One request in flight at a time, like the HTTP clients, so
+    the two transports do the same work per agent; pushes are skipped."""
+
+    kind = "ws"
+
+    def __init__(self, base_url: str, headers: dict[str, str]) -> None:
+        from websockets.sync.client import connect
+
+        ws_url = "ws" + base_url.removeprefix("http") + "/ws/agents/"
+        self._conn = connect(
+            ws_url,
+            additional_headers=headers,
+            open_timeout=REQUEST_TIMEOUT_S,
+            max_size=None,
+            compression=None,  # as the HTTP clients: no compression either side
+        )
+        self._next = 0
+
+    def request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> Answer:
+        self._next += 1
+        frame: dict[str, Any] = {
+            "type": "request",
+            "id": self._next,
+            "method": method,
+            "path": path,
+        }
+        if body is not None:
+            frame["body"] = body
+        if headers:
+            frame["headers"] = headers
+        self._conn.send(json.dumps(frame))
+        while True:
+            got = json.loads(self._conn.recv(timeout=REQUEST_TIMEOUT_S))
+            if got.get("type") == "response" and got.get("id") == self._next:
+                break
+            if got.get("type") == "error":
+                raise httpcore.ProtocolError(f"error frame: {got}")
+        content = b"" if got.get("body") is None else json.dumps(got["body"]).encode()
+        return Answer(method, path, int(got["status"]), content, "application/json")
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> SocketClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Call:
     """One agent's timed requests through its own client. Both peers go through here."""
 
-    def __init__(self, client: Client, tally: Tally) -> None:
+    def __init__(self, client: Client | SocketClient, tally: Tally) -> None:
         self.client, self.tally = client, tally
 
     def request(
@@ -355,11 +411,16 @@ class ZeroLock:
 
     name = "ZeroLock"
 
-    def __init__(self, url: str, pid: int, api_key: str, client_kind: str) -> None:
+    def __init__(
+        self, url: str, pid: int, api_key: str, client_kind: str, transport: str = "http"
+    ) -> None:
         self.url, self.pid, self.api_key, self.client_kind = url, pid, api_key, client_kind
+        self.transport = transport
 
-    def client(self, agent: str) -> Client:
+    def client(self, agent: str) -> Client | SocketClient:
         headers = {"X-API-Key": self.api_key, "X-Agent-Id": agent}
+        if self.transport == "ws":
+            return SocketClient(self.url, headers)
         return Client(self.client_kind, self.url, headers)
 
     def make_counters(self, c: Client, run: str, n: int) -> list[tuple[str, int]]:
@@ -577,7 +638,7 @@ def running_etcd(keep_data: bool, client_kind: str) -> Iterator[Etcd]:
 
 @contextlib.contextmanager
 def running_zerolock(
-    db: str, keep_data: bool, client_kind: str, web_server: str = "uvicorn"
+    db: str, keep_data: bool, client_kind: str, web_server: str = "uvicorn", transport: str = "http"
 ) -> Iterator[ZeroLock]:
     if db == "postgres":
         import redis  # a dependency of ZeroLock's own
@@ -591,7 +652,7 @@ def running_zerolock(
         redis_url=REDIS_URL,
         extra_env={"ZEROLOCK_BENCH_FLOOR": "true", "ZEROLOCK_SERVER": web_server},
     ) as server:
-        yield ZeroLock(server.url, server.proc.pid, server.api_key, client_kind)
+        yield ZeroLock(server.url, server.proc.pid, server.api_key, client_kind, transport)
 
 
 class Watch:
@@ -1134,7 +1195,7 @@ def run_config(db: str, args: argparse.Namespace, stamp: str) -> list[dict[str, 
     rows: list[dict[str, Any]] = []
     with (
         running_etcd(args.keep_data, args.client) as etcd,
-        running_zerolock(db, args.keep_data, args.client, args.server) as zl,
+        running_zerolock(db, args.keep_data, args.client, args.server, args.transport) as zl,
     ):
         peers: list[Peer] = [etcd, zl]
         with zl.client("probe") as c:
@@ -1215,6 +1276,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the agents' HTTP client, the same for both peers (see Client)",
     )
     parser.add_argument(
+        "--transport",
+        choices=("http", "ws"),
+        default="http",
+        help="how ZeroLock's agents send their requests: HTTP (with --client), or request "
+        "frames over each agent's /ws/agents/ socket (etcd keeps --client)",
+    )
+    parser.add_argument(
         "--server",
         choices=WEB_SERVERS,
         default="uvicorn",
@@ -1245,14 +1313,15 @@ def main(argv: list[str] | None = None) -> int:
         load_after = os.getloadavg()
         lines = summary(rows, args)
         print(
-            f"\n### {db} ({stamp}, {args.seconds:g} s per timed workload, client {args.client}, server {args.server}, "
+            f"\n### {db} ({stamp}, {args.seconds:g} s per timed workload, client {args.client}, ZeroLock over {args.transport}, server {args.server}, "
             f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after)\n"
         )
         print(summary_markdown(lines))
         print()
         print(cpu_markdown(rows))
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        path = RESULTS_DIR / f"peer-{db}-{args.server}-{stamp}.json"
+        over = "" if args.transport == "http" else f"-{args.transport}"
+        path = RESULTS_DIR / f"peer-{db}-{args.server}{over}-{stamp}.json"
         document = {
             "config": db,
             "stamp": stamp,
