@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import time
+from collections import Counter
 from typing import Any
 
 import httpx
@@ -290,6 +291,41 @@ def test_requests_past_the_in_flight_cap_are_answered_429_at_once():
         "message": "",
         "limit": 2,
     }
+
+
+async def test_ten_thousand_requests_sent_at_once_are_each_answered_once_and_the_socket_lives(
+    live_server_url,
+):
+    """Past the in-flight cap (64) the answer is 429 at once, so a client that
+    floods gets every answer back, none twice, and nothing else; the socket then
+    works as before."""
+    _, raw = await sync_to_async(api_key_create)(name="flood", permissions=EVERYTHING)
+    headers = {"X-API-Key": raw, "X-Agent-Id": "dave"}
+    async with httpx.AsyncClient(base_url=live_server_url, headers=headers) as http:
+        made = await http.post("/api/shards", json={"id": "f", "type": "decision"})
+        assert made.status_code == 201, made.text
+    ids = {f"q{n}" for n in range(10_000)}
+    async with websockets.connect(
+        ws_url(live_server_url), additional_headers=headers, max_queue=None
+    ) as conn:
+        socket = Socket(conn)
+        for request_id in sorted(ids):
+            frame = {"type": "request", "id": request_id, "method": "GET", "path": "/api/shards/f"}
+            await conn.send(json.dumps(frame))
+        answers: list[dict[str, Any]] = []
+        while len(answers) < len(ids):
+            frame = json.loads(await asyncio.wait_for(conn.recv(), 15))
+            if frame.get("type") == "response":
+                answers.append(frame)
+        answered = {frame["id"]: frame for frame in answers}
+        statuses = Counter(frame["status"] for frame in answers)
+        assert set(answered) == ids  # each once: as many answers as ids, all distinct
+        assert set(statuses) <= {200, 429}, statuses
+        assert statuses[200] >= 64, statuses
+        refused = next(f for f in answered.values() if f["status"] == 429)
+        assert refused["body"]["error"]["code"] == "TOO_MANY_IN_FLIGHT"
+        status, shard = await socket.call("GET", "/api/shards/f")
+        assert status == 200 and shard["version"] == 1
 
 
 def test_a_sigkill_mid_storm_of_socket_writes_loses_no_acknowledged_write():
