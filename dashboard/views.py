@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -18,6 +19,7 @@ from access.auth import can_watch
 from approvals.diffview import line_diff, pretty
 from approvals.selectors import approval_counts, pending_on_shard
 from audit.models import AuditAction, AuditEntry
+from coordination.reservations import reservations_list
 from coordination.sessions import agents_live
 from metrics import record
 from metrics.models import CommitSample
@@ -145,18 +147,32 @@ def shard_live(request: HttpRequest, shard_id: str) -> HttpResponse:
     return render(request, "dashboard/_shard_live.html", context)
 
 
+def _agents_context() -> dict[str, Any]:
+    """The connected agents, each with the path reservations it holds, and every
+    live reservation (an agent that disconnected may still hold some)."""
+    reservations = reservations_list()["results"]
+    agents = agents_live()
+    for agent in agents:
+        agent["reservations"] = [
+            r
+            for r in reservations
+            if r["holder"] == agent["agent_id"] and r["key"]["prefix"] == agent["key"]["prefix"]
+        ]
+    return {"agents": agents, "reservations": reservations}
+
+
 @login_required
 @require_GET
 def agents_page(request: HttpRequest) -> HttpResponse:
     _watcher(request)
-    return render(request, "dashboard/agents.html", {"agents": agents_live()})
+    return render(request, "dashboard/agents.html", _agents_context())
 
 
 @login_required
 @require_GET
 def agent_rows(request: HttpRequest) -> HttpResponse:
     _watcher(request)
-    return render(request, "dashboard/_agent_rows.html", {"agents": agents_live()})
+    return render(request, "dashboard/_agent_rows.html", _agents_context() | {"oob": True})
 
 
 @login_required
