@@ -4,6 +4,8 @@ An entry is Fresh until the server says otherwise (an ``invalidate`` push on
 /ws/agents/ for a shard this client read) or, with ``ttl``, until it is older
 than that. Writes always go to the server, and a commit's 200 refreshes the
 entry. Without a socket the cache still honours ``ttl`` (None: no caching).
+Connected, reads and writes go over the same socket (``ZeroLockClient.connect_ws``),
+and when it closes the client goes over HTTP and reconnects by itself.
 
 The seed's options are all here: ``ws_url`` (default: the server's
 /ws/agents/), ``auto_connect_ws`` (default True here; with False, call
@@ -11,20 +13,17 @@ The seed's options are all here: ``ws_url`` (default: the server's
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
-import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import websockets
-
 from .client import ZeroLockClient
 from .models import CommitResult, Shard
+from .transport import SocketDown
 
 logger = logging.getLogger("zerolock_sdk")
 
@@ -53,8 +52,6 @@ class CachedZeroLockClient(ZeroLockClient):
         self._ws_url = ws_url or self.ws_url
         self.ttl = ttl_ms / 1000 if ttl_ms is not None else ttl
         self._entries: dict[str, _Entry] = {}
-        self._socket: Any = None
-        self._listener: asyncio.Task | None = None
         self._auto = auto_connect_ws
         self._on_conflict: Callable[..., Any] | None = None
         self._conflict_spread = False
@@ -65,21 +62,16 @@ class CachedZeroLockClient(ZeroLockClient):
             await self.connect_ws()
         return self
 
-    async def connect_ws(self) -> None:
-        headers = self.ws_headers()
-        self._socket = await websockets.connect(self._ws_url, additional_headers=headers)
-        self._listener = asyncio.get_running_loop().create_task(self._listen())
-        if self._entries:
-            await self._socket.send(
-                json.dumps({"type": "subscribe", "shard_ids": sorted(self._entries)})
-            )
+    def _socket_url(self) -> str:
+        return self._ws_url
 
-    async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-        if self._socket is not None:
-            await self._socket.close()
-        await super().close()
+    async def _socket_opened(self) -> None:
+        # A new connection holds no subscriptions, and what changed while there
+        # was none went unheard: every entry is read again, and subscribed to.
+        for entry in self._entries.values():
+            entry.fresh = False
+        if self._entries and self._socket is not None:
+            await self._socket.send_json({"type": "subscribe", "shard_ids": sorted(self._entries)})
 
     def set_on_conflict(self, callback: Callable[..., Any]) -> None:
         """Called (sync or async) for each ``conflict_notify`` this agent gets.
@@ -93,7 +85,7 @@ class CachedZeroLockClient(ZeroLockClient):
     def _usable(self, entry: _Entry | None) -> bool:
         if entry is None or not entry.fresh:
             return False
-        if self._socket is None:
+        if not self.socket_open:
             return self.ttl is not None and time.monotonic() - entry.at < self.ttl
         return self.ttl is None or time.monotonic() - entry.at < self.ttl
 
@@ -109,7 +101,9 @@ class CachedZeroLockClient(ZeroLockClient):
         new = shard_id not in self._entries
         self._entries[shard_id] = _Entry(shard, time.monotonic())
         if new and self._socket is not None:
-            await self._socket.send(json.dumps({"type": "subscribe", "shard_ids": [shard_id]}))
+            # Down now: it subscribes to every entry's shard when it reopens.
+            with contextlib.suppress(SocketDown):
+                await self._socket.send_json({"type": "subscribe", "shard_ids": [shard_id]})
         return shard
 
     async def commit(
@@ -134,19 +128,18 @@ class CachedZeroLockClient(ZeroLockClient):
         if entry is not None:
             entry.fresh = False
 
-    async def _listen(self) -> None:
-        with contextlib.suppress(websockets.ConnectionClosed):
-            async for message in self._socket:
-                event = json.loads(message)
-                if event.get("type") == "invalidate":
-                    entry = self._entries.get(event["shard_id"])
-                    if entry is not None and entry.shard.version < event["version"]:
-                        entry.fresh = False
-                elif event.get("type") == "conflict_notify":
-                    self.invalidate(event["shard_id"])
-                    if self._on_conflict is not None:
-                        await self._call_on_conflict(event)
-        self._socket = None  # fall back to ttl (or no caching)
+    async def _pushed(self, event: dict[str, Any]) -> None:
+        """A push on the socket (its reader, ``AgentSocket``, routes the answers
+        to requests and hands every other frame here, in order)."""
+        if event.get("type") == "invalidate":
+            entry = self._entries.get(event["shard_id"])
+            version = event.get("version")
+            if entry is not None and (version is None or entry.shard.version < version):
+                entry.fresh = False  # a newer version, or the shard was deleted
+        elif event.get("type") == "conflict_notify":
+            self.invalidate(event["shard_id"])
+            if self._on_conflict is not None:
+                await self._call_on_conflict(event)
 
     async def _call_on_conflict(self, event: dict[str, Any]) -> None:
         # A failing callback is logged, not raised: raising here would end the

@@ -2,15 +2,19 @@
 
 Every correctness decision stays on the server; the client turns answers into
 typed results and errors into exceptions. 429 is retried (honouring
-Retry-After, bounded); nothing else is retried behind the caller's back."""
+Retry-After, bounded); nothing else is retried behind the caller's back, except
+a request whose socket closed before its answer (``connect_ws``): it is sent
+again over HTTP, a write with the Idempotency-Key it was first sent with."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Unpack
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -27,6 +31,7 @@ from .models import (
     Shard,
     TxnResult,
 )
+from .transport import AgentSocket, SocketDown, frame_body
 
 URL_ENV, KEY_ENV = "ZEROLOCK_URL", "ZEROLOCK_API_KEY"
 DEFAULT_URL = "http://127.0.0.1:8000"  # where `make run` listens
@@ -36,6 +41,10 @@ PUBLIC_PATHS = frozenset({"/api/health", "/api/schema", "/api/docs"})
 PREFER_MINIMAL = {"Prefer": "return=minimal"}
 # The most paths one POST /api/reservations/check takes (the server refuses more).
 MAX_CHECK_PATHS = 1000
+# A re-sent write whose first copy is still running is told so (409): it waits
+# this long at first, doubling up to the most, within ``max_retry_wait`` in all.
+IN_PROGRESS = "IDEMPOTENCY_IN_PROGRESS"
+IN_PROGRESS_FIRST_WAIT, IN_PROGRESS_MOST_WAIT = 0.05, 1.0
 
 
 def resolve_url(base_url: str | None) -> str:
@@ -74,9 +83,11 @@ class ZeroLockClient:
         headers = {"X-API-Key": api_key} if api_key else {}
         if agent_id:
             headers["X-Agent-Id"] = agent_id
+        self.timeout = timeout
         self._http = httpx.AsyncClient(
             base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
         )
+        self._socket: AgentSocket | None = None
         self.requests_sent = 0
 
     async def __aenter__(self) -> ZeroLockClient:
@@ -86,7 +97,47 @@ class ZeroLockClient:
         await self.close()
 
     async def close(self) -> None:
+        socket, self._socket = self._socket, None
+        if socket is not None:
+            await socket.close()
         await self._http.aclose()
+
+    # --- the agent socket ------------------------------------------------------------
+
+    async def connect_ws(self) -> None:
+        """Opens this agent's socket (/ws/agents/), raising if it cannot. From
+        then on every request but ``watch`` and the keyless probes goes over it
+        as a request frame, and every write carries an Idempotency-Key (yours,
+        else a new one). While the socket is down requests go over HTTP, a
+        write whose socket closed before its answer is sent again over HTTP
+        with the same key (applied once), and the socket reconnects by itself."""
+        if self._socket is not None:
+            return
+        self._socket = AgentSocket(
+            self._socket_url(),
+            self.ws_headers(),
+            timeout=self.timeout,
+            on_push=self._pushed,
+            on_open=self._socket_opened,
+        )
+        try:
+            await self._socket.connect()
+        except BaseException:
+            self._socket = None
+            raise
+
+    @property
+    def socket_open(self) -> bool:
+        return self._socket is not None and self._socket.is_open
+
+    def _socket_url(self) -> str:
+        return self.ws_url
+
+    async def _pushed(self, event: dict[str, Any]) -> None:
+        """A frame the server pushed on the socket; the plain client needs none."""
+
+    async def _socket_opened(self) -> None:
+        """The socket is open (again)."""
 
     # --- plumbing ------------------------------------------------------------------
 
@@ -117,29 +168,86 @@ class ZeroLockClient:
         headers: dict[str, str] | None = None,
     ) -> tuple[Any, httpx.Response]:
         """The answer's JSON and the response (for its headers), retrying 429s."""
-        if not self.api_key and path.split("?")[0] not in PUBLIC_PATHS:
+        public = path.split("?")[0] in PUBLIC_PATHS
+        if not self.api_key and not public:
             # Refused here rather than sent: a keyless request can only get a 401,
             # and each one is an auth failure in the server's audit log.
             raise MissingApiKeyError()
-        for attempt in range(self.max_rate_limit_retries + 1):
+        headers = dict(headers or {})
+        socket = None if public else self._socket
+        if socket is not None:
+            if params:
+                query = str(httpx.QueryParams(params))
+                path, params = f"{path}{'&' if '?' in path else '?'}{query}", None
+            if method != "GET" and "Idempotency-Key" not in headers:
+                # Whatever carries it in the end, the server applies it once.
+                headers["Idempotency-Key"] = str(uuid.uuid4())
+        rate_limited, resent = 0, False
+        in_progress_wait, in_progress_waited = IN_PROGRESS_FIRST_WAIT, 0.0
+        while True:
             self.requests_sent += 1
+            answer = None
+            if socket is not None and socket.is_open:
+                try:
+                    answer = await socket.request(method, path, json_body, headers)
+                except SocketDown:
+                    resent = True  # over HTTP now, with the same Idempotency-Key
+            if answer is not None:
+                response = httpx.Response(answer.status, headers=answer.headers)
+                body = answer.body
+            else:
+                response, body = await self._over_http(
+                    method, path, json_body, params, headers, framed=socket is not None
+                )
+            if response.is_success:
+                return (None if response.status_code == 204 else body), response
+            error = error_from(response.status_code, body, response.headers.get("Retry-After"))
+            if isinstance(error, RateLimitedError) and rate_limited < self.max_rate_limit_retries:
+                rate_limited += 1
+                await asyncio.sleep(min(error.retry_after, self.max_retry_wait))
+                continue
+            if resent and error.code == IN_PROGRESS and in_progress_waited < self.max_retry_wait:
+                # Our own first copy (on the socket that closed) is still running.
+                await asyncio.sleep(in_progress_wait)
+                in_progress_waited += in_progress_wait
+                in_progress_wait = min(in_progress_wait * 2, IN_PROGRESS_MOST_WAIT)
+                continue
+            raise error
+
+    async def _over_http(
+        self,
+        method: str,
+        path: str,
+        json_body: Any,
+        params: dict[str, Any] | None,
+        headers: dict[str, str],
+        *,
+        framed: bool,
+    ) -> tuple[httpx.Response, Any]:
+        """``framed``: the body encoded as a request frame's is, so a write that
+        may have gone over the socket is the same request here (its key's)."""
+        if framed and json_body is not None:
+            headers = {**headers, "Content-Type": "application/json"}
+            response = await self._http.request(
+                method, path, content=frame_body(json_body), params=params, headers=headers
+            )
+        else:
             response = await self._http.request(
                 method, path, json=json_body, params=params, headers=headers or None
             )
-            if response.status_code == 204:
-                return None, response
-            try:
-                body = response.json()
-            except ValueError:
-                body = None
-            if response.is_success:
-                return body, response
-            error = error_from(response.status_code, body, response.headers.get("Retry-After"))
-            if isinstance(error, RateLimitedError) and attempt < self.max_rate_limit_retries:
-                await asyncio.sleep(min(error.retry_after, self.max_retry_wait))
-                continue
-            raise error
-        raise AssertionError("unreachable")
+        try:
+            body = response.json() if response.status_code != 204 else None
+        except ValueError:
+            body = None
+        return response, body
+
+    def _relative(self, url: str) -> str:
+        """A ``next`` link as a path for the next request: the server names it
+        absolutely, with the scheme and host it was asked on."""
+        if url.startswith(self.base_url):
+            return url[len(self.base_url) :]
+        parts = urlsplit(url)
+        return parts.path + (f"?{parts.query}" if parts.query else "")
 
     # --- shards -------------------------------------------------------------------
 
@@ -158,7 +266,7 @@ class ZeroLockClient:
         while path:
             page = await self.request("GET", path, params=params)
             shards += [Shard.from_json(s) for s in page["results"]]
-            path, params = (page["next"] or "").replace(self.base_url, ""), None
+            path, params = self._relative(page["next"] or ""), None
         return shards
 
     async def commit(
@@ -257,7 +365,7 @@ class ZeroLockClient:
             page, response = await self._send("GET", path)
             versions.extend(page)
             following = response.links.get("next", {}).get("url")
-            path = following.replace(self.base_url, "") if following else None
+            path = self._relative(following) if following else None
         return versions
 
     async def delete_shard(self, shard_id: str) -> None:
@@ -296,7 +404,7 @@ class ZeroLockClient:
         while path:
             page = await self.request("GET", path, params=params)
             approvals += [Approval.from_json(a) for a in page["results"]]
-            path, params = (page["next"] or "").replace(self.base_url, ""), None
+            path, params = self._relative(page["next"] or ""), None
         return approvals
 
     async def get_approval(self, approval_id: str) -> Approval:
