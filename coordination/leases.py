@@ -32,7 +32,7 @@ from shards.rules import Exemption, WriteRules
 from shards.writer import version_write, write_transaction
 from shards.writetx import WriteTx
 
-from .models import AgentSession, Lease, LeaseBinding
+from .models import AgentSession, Lease, LeaseBinding, is_lease_id
 
 MIN_TTL, MAX_TTL = 1, 24 * 3600
 
@@ -105,7 +105,11 @@ def lease_grant(*, holder: str, key_prefix: str, ttl_seconds: Any, session: Any 
 
 def lease_live(lease_id: str) -> Lease:
     """The live lease ``lease_id`` (``Lease.objects.live``), or 404 LEASE_NOT_FOUND:
-    the one answer to "is this lease live?" for keep-alive, revoke and binding."""
+    the one answer to "is this lease live?" for keep-alive, revoke and binding.
+    An id of another shape is no lease, and never reaches the database (a NUL in
+    it made PostgreSQL fail the query: 500)."""
+    if not isinstance(lease_id, str) or not is_lease_id(lease_id):
+        raise LeaseNotFound(lease_id)
     lease = Lease.objects.live().filter(pk=lease_id).first()
     if lease is None:
         raise LeaseNotFound(lease_id)

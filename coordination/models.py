@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import secrets
 from datetime import datetime, timedelta
 
@@ -12,6 +13,10 @@ LEASE_ID_REGEX = r"^lse_[0-9a-f]{24}$"
 
 def new_lease_id() -> str:
     return f"lse_{secrets.token_hex(12)}"  # LEASE_ID_REGEX
+
+
+def is_lease_id(text: str) -> bool:
+    return re.fullmatch(LEASE_ID_REGEX, text) is not None
 
 
 class LeaseQuerySet(models.QuerySet):
@@ -127,6 +132,10 @@ RESERVATION_ID_REGEX = r"^rsv_[0-9a-f]{24}$"
 
 def new_reservation_id() -> str:
     return f"rsv_{secrets.token_hex(12)}"  # RESERVATION_ID_REGEX
+
+
+def is_reservation_id(text: str) -> bool:
+    return re.fullmatch(RESERVATION_ID_REGEX, text) is not None
 
 
 class ReservationQuerySet(models.QuerySet):

@@ -31,13 +31,14 @@ from access.models import ApiKey
 from audit.models import AuditAction
 from common.errors import ApiError, ErrorCode, Invalid
 from common.events import send_event_on_commit
+from common.ids import AGENT_ID_HELP, is_agent_id
 from common.inputs import is_json_integer, iso_time
 from shards.writer import write_transaction
 from shards.writetx import WriteTx
 
 from .globs import glob_check, glob_match, is_valid_path, overlap_witness
 from .leases import MAX_TTL, MIN_TTL, lease_expiry, lease_live, lease_owner_check
-from .models import Lease, Reservation
+from .models import Lease, Reservation, is_reservation_id
 
 MAX_PATTERNS = 64  # per reservation
 MAX_CHECK_PATHS = 1000  # per check call
@@ -187,6 +188,10 @@ def reservations_list(*, holder: str | None = None, path: str | None = None) -> 
     pattern matching ``path``. At most MAX_LISTED, with the count of all."""
     live = Reservation.objects.live().order_by("fence")
     if holder:
+        if not is_agent_id(holder):
+            raise Invalid(
+                f"holder: agent ids are {AGENT_ID_HELP}.", fields={"holder": ["Not an agent id."]}
+            )
         live = live.filter(holder=holder)
     rows = list(live)
     if path is not None:
@@ -306,7 +311,8 @@ def reservation_create(
 
 def _live_reservation(reservation_id: Any) -> Reservation:
     found = None
-    if isinstance(reservation_id, str):
+    # An id of another shape is no reservation, and never reaches the database.
+    if isinstance(reservation_id, str) and is_reservation_id(reservation_id):
         found = Reservation.objects.live().filter(pk=reservation_id).first()
     if found is None:
         raise ApiError(

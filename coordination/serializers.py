@@ -9,7 +9,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
-from common.ids import SHARD_ID_REGEX
+from common.ids import SHARD_ID_REGEX, AgentIdField
 from common.inputs import INT64_MAX, INT64_MIN, Int64Field, StrictSerializer, StringField
 from common.openapi import (
     JSON_NUMBER,
@@ -338,7 +338,7 @@ class ReservationListSerializer(serializers.Serializer):
 
 
 class ReservationListQuerySerializer(serializers.Serializer):
-    holder = serializers.CharField(required=False, help_text="Only this agent's.")
+    holder = AgentIdField(required=False)
     path = serializers.RegexField(
         SEGMENTS_REGEX,
         required=False,

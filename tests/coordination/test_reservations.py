@@ -222,6 +222,15 @@ def test_a_malformed_check_is_refused(alice, paths):
     assert code(answer) == (400, "VALIDATION_ERROR")
 
 
+@pytest.mark.parametrize(
+    "query", ["holder=a%00b", "holder=" + "a" * 129, "holder=a%20b", "path=/abs"]
+)
+def test_a_malformed_list_filter_is_refused_not_a_server_error(alice, query):
+    # A NUL reached PostgreSQL, which refuses it in text: 500 (found by the fuzzer).
+    answer = alice.get(f"/api/reservations?{query}")
+    assert code(answer) == (400, "VALIDATION_ERROR"), answer.content
+
+
 def test_a_reader_may_check_and_list_but_not_reserve(make_key, client_for):
     reader = client_for(make_key("shard:read"), agent="reader")
     assert reader.get("/api/reservations").status_code == 200
@@ -245,3 +254,20 @@ def test_making_and_ending_a_reservation_is_told_to_the_live_pages(
         held = reserve(alice, "src/**").json()
         alice.delete(f"/api/reservations/{held['reservation_id']}")
     assert told == [("created", "alice"), ("released", "alice")]
+
+
+@pytest.mark.parametrize(
+    "reservation_id", ["rsv_%00", "rsv_0000%00000000000000000000000", "x" * 300]
+)
+def test_an_id_of_another_shape_is_no_reservation_and_never_a_server_error(alice, reservation_id):
+    answer = alice.delete(f"/api/reservations/{reservation_id}")
+    assert code(answer) == (404, "RESERVATION_NOT_FOUND"), answer.content
+    answer = alice.post(f"/api/reservations/{reservation_id}/keepalive")
+    assert code(answer) == (404, "RESERVATION_NOT_FOUND"), answer.content
+
+
+def test_a_lease_id_of_another_shape_is_no_lease(alice):
+    answer = alice.post(
+        "/api/reservations", {"patterns": ["a"], "lease_id": "lse_zz"}, format="json"
+    )
+    assert code(answer) == (404, "LEASE_NOT_FOUND"), answer.content
