@@ -52,8 +52,9 @@ class _ZeroLockTool(BaseTool):
         # CrewAI 1.7+ checks the arguments against args_schema in run(); 1.6 (the
         # newest beside mcp 2.x) does not. Checked here, a call that does not fit
         # sends no request on either: pydantic's ValidationError is a ValueError.
-        if not args and isinstance(self.args_schema, type):
-            self.args_schema.model_validate(kwargs)
+        schema = self.args_schema
+        if not args and isinstance(schema, type) and issubclass(schema, BaseModel):
+            schema.model_validate(kwargs)
         return super().run(*args, **kwargs)
 
     async def _arun(self, **kwargs: Any) -> str:
