@@ -50,6 +50,20 @@ Method
     a-z are preferred for its characters). Its cost is bounded: a pattern has
     O(len) states, so the search visits at most 4 * O(len(a) * len(b)) nodes,
     each label intersection linear in the labels' interval counts.
+
+Cost
+    Bounded is not cheap: two pathological 256-character patterns take about
+    0.1 s to tell apart, and matching one against a 4096-character path about
+    1 s, so a request comparing many of them could hold a CPU for minutes. A
+    caller passes a ``Budget``: each call spends the moves it tries (matching:
+    the moves out of every current state, per character; the search: the move
+    pairs out of every node it visits) and raises ``BudgetSpent`` once the
+    budget is gone, with nothing decided. Counting steps, not seconds, makes
+    the same request spend the same on any machine. Cheap shortcuts spend
+    nothing more: patterns whose leading literal segments differ cannot overlap,
+    and a path must begin with a pattern's literal segments to match it; and
+    overlap answers already found are remembered. Every call still spends one
+    step, so comparing many patterns is never free.
 """
 
 from __future__ import annotations
@@ -242,6 +256,55 @@ def _parse(pattern: Any) -> tuple[Segment, ...]:
     return tuple(segments)
 
 
+@lru_cache(maxsize=1024)
+def _head(pattern: str) -> tuple[str, ...]:
+    """The pattern's leading literal segments: every path it matches begins
+    with exactly these segments (a literal segment matches one path segment,
+    and "**" can only come after them)."""
+    head: list[str] = []
+    for segment in _parse(pattern):
+        if isinstance(segment, str):  # "**"
+            break
+        chars = [_single(token) for token in segment]
+        if None in chars:
+            break
+        head.append("".join(c for c in chars if c is not None))
+    return tuple(head)
+
+
+def _single(token: Token) -> str | None:
+    """The one character a token matches, if it matches only one."""
+    if isinstance(token, str) or len(token) != 1 or token[0][0] != token[0][1]:
+        return None
+    return chr(token[0][0])
+
+
+def _heads_differ(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    return any(x != y for x, y in zip(a, b, strict=False))
+
+
+class BudgetSpent(Exception):
+    """The Budget ran out before the answer was known."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__(f"glob budget of {steps} steps spent")
+        self.steps = steps
+
+
+class Budget:
+    """The glob steps one request may spend (the module docstring, "Cost")."""
+
+    __slots__ = ("left", "steps")
+
+    def __init__(self, steps: int) -> None:
+        self.steps = self.left = steps
+
+    def spend(self, steps: int) -> None:
+        self.left -= steps
+        if self.left < 0:
+            raise BudgetSpent(self.steps)
+
+
 def glob_check(pattern: Any) -> str:
     """The pattern, if it is one (see the module docstring); raises Invalid."""
     _parse(pattern)
@@ -336,23 +399,34 @@ def is_valid_path(path: Any) -> bool:
     return all(segment not in ("", ".", "..") for segment in path.split("/"))
 
 
-def glob_match(pattern: str, path: str) -> bool:
+def glob_match(pattern: str, path: str, budget: Budget | None = None) -> bool:
     """Whether the path matches the pattern (Invalid for a bad pattern; False
-    for a string that is not a valid path)."""
+    for a string that is not a valid path). Spends from ``budget``, if given."""
     nfa = _compile(glob_check(pattern))
+    if budget is not None:
+        budget.spend(1)  # a call costs a step, even one the shortcuts answer
     if not is_valid_path(path):
         return False
+    head = _head(pattern)
+    if tuple(path.split("/", len(head))[: len(head)]) != head:
+        return False
+    labels, moves = nfa.labels, nfa.moves
     states = {nfa.start}
     for char in path:
         code = ord(char)
-        states = {
-            target
-            for state in states
-            for label, target in nfa.moves[state]
-            if _label_contains(nfa.labels[label], code)
-        }
-        if not states:
+        after: set[int] = set()
+        tried = 0
+        for state in states:
+            out = moves[state]
+            tried += len(out)
+            for label, target in out:
+                if _label_contains(labels[label], code):
+                    after.add(target)
+        if budget is not None:
+            budget.spend(tried)
+        if not after:
             return False
+        states = after
     return any(nfa.accepting[state] for state in states)
 
 
@@ -381,11 +455,34 @@ def _classify(a: Label, b: Label) -> tuple[bool, bool, int | None]:
     return _label_contains(common, _SLASH), _label_contains(common, _DOT), _representative(common)
 
 
-def overlap_witness(a: str, b: str) -> str | None:
+# Overlap answers found, by pattern pair; cleared whole when full (a dict's
+# single operations are safe across threads without a lock).
+_WITNESSES: dict[tuple[str, str], str | None] = {}
+_WITNESSES_MAX: Final = 8192
+
+
+def overlap_witness(a: str, b: str, budget: Budget | None = None) -> str | None:
     """A valid path both patterns match, the shortest there is; None when no
-    path matches both. Raises Invalid for a bad pattern."""
+    path matches both. Raises Invalid for a bad pattern, BudgetSpent when the
+    search would spend more than ``budget`` (if given)."""
     nfa_a = _compile(glob_check(a))
     nfa_b = _compile(glob_check(b))
+    if budget is not None:
+        budget.spend(1)  # a call costs a step, even one the shortcuts answer
+    if _heads_differ(_head(a), _head(b)):
+        return None
+    try:
+        return _WITNESSES[a, b]
+    except KeyError:
+        pass
+    witness = _search(nfa_a, nfa_b, budget)
+    if len(_WITNESSES) >= _WITNESSES_MAX:
+        _WITNESSES.clear()
+    _WITNESSES[a, b] = witness
+    return witness
+
+
+def _search(nfa_a: _Nfa, nfa_b: _Nfa, budget: Budget | None) -> str | None:
     Node = tuple[int, int, int]
     first: Node = (nfa_a.start, nfa_b.start, _V_START)
     parents: dict[Node, tuple[Node, int] | None] = {first: None}
@@ -394,6 +491,8 @@ def overlap_witness(a: str, b: str) -> str | None:
     while queue:
         node = queue.popleft()
         qa, qb, v = node
+        if budget is not None:
+            budget.spend(len(nfa_a.moves[qa]) * len(nfa_b.moves[qb]))
         if v == _V_OK and nfa_a.accepting[qa] and nfa_b.accepting[qb]:
             codes: list[int] = []
             step = parents[node]
@@ -429,6 +528,6 @@ def overlap_witness(a: str, b: str) -> str | None:
     return None
 
 
-def globs_overlap(a: str, b: str) -> bool:
+def globs_overlap(a: str, b: str, budget: Budget | None = None) -> bool:
     """Whether some path matches both patterns."""
-    return overlap_witness(a, b) is not None
+    return overlap_witness(a, b, budget) is not None

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
@@ -36,7 +37,7 @@ from common.inputs import is_json_integer, iso_time
 from shards.writer import write_transaction
 from shards.writetx import WriteTx
 
-from .globs import glob_check, glob_match, is_valid_path, overlap_witness
+from .globs import Budget, BudgetSpent, glob_check, glob_match, is_valid_path, overlap_witness
 from .leases import MAX_TTL, MIN_TTL, lease_expiry, lease_live, lease_owner_check
 from .models import Lease, Reservation, is_reservation_id
 
@@ -83,28 +84,64 @@ def reservation_patterns_check(patterns: Any) -> list[str]:
     return checked
 
 
+def reservation_budget() -> Budget:
+    """The glob steps one request may spend comparing patterns and paths
+    (``coordination.globs``, "Cost"): past it, 400 RESERVATION_TOO_COSTLY."""
+    return Budget(settings.ZEROLOCK_RESERVATION_BUDGET_STEPS)
+
+
+def _too_costly(spent: BudgetSpent) -> ApiError:
+    return ApiError(
+        ErrorCode.RESERVATION_TOO_COSTLY,
+        f"Comparing these patterns or paths with the live reservations would take more "
+        f"than {spent.steps} glob steps (ZEROLOCK_RESERVATION_BUDGET_STEPS); nothing was "
+        "written. Send fewer patterns or paths, or ones with fewer wildcards, or a longer "
+        "literal start such as 'src/app/'.",
+        budget_steps=spent.steps,
+    )
+
+
 def reservations_conflicting(
-    patterns: list[str], exclusive: bool, against: Iterable[Reservation]
+    patterns: list[str], exclusive: bool, against: Iterable[Reservation], budget: Budget
 ) -> list[dict[str, Any]]:
     """Each reservation in ``against`` that the new one may not stand beside: one
     of the two is exclusive and some path matches a pattern of each. The first
-    such pair names the overlap, with the shortest path both match."""
+    such pair names the overlap, with the shortest path both match. Raises
+    BudgetSpent past the budget."""
     conflicts = []
     for other in against:
         if not (exclusive or other.exclusive):
             continue
-        for mine in patterns:
-            witness = next(
-                (w for theirs in other.patterns if (w := overlap_witness(mine, theirs))), None
-            )
-            if witness is None:
-                continue
-            theirs = next(t for t in other.patterns if glob_match(t, witness))
+        found = next(
+            (
+                (mine, theirs, witness)
+                for mine in patterns
+                for theirs in other.patterns
+                if (witness := overlap_witness(mine, theirs, budget)) is not None
+            ),
+            None,
+        )
+        if found is not None:
+            mine, theirs, witness = found
             conflicts.append(
                 {"reservation": other, "pattern": mine, "overlaps": theirs, "example_path": witness}
             )
-            break
     return conflicts
+
+
+def reservations_per_key_check(agent: Agent) -> None:
+    """A key holds at most ZEROLOCK_MAX_RESERVATIONS_PER_KEY live reservations:
+    every creation is compared with all of them, so their number is the cost
+    (counted per key, not per agent id: agent ids are claims)."""
+    limit = settings.ZEROLOCK_MAX_RESERVATIONS_PER_KEY
+    live = Reservation.objects.live().filter(key_prefix=agent.key_prefix).count()
+    if live >= limit:
+        raise ApiError(
+            ErrorCode.TOO_MANY_RESERVATIONS,
+            f"This key already holds {live} live reservations, the most one key may hold "
+            "(ZEROLOCK_MAX_RESERVATIONS_PER_KEY). Release some, or let them end.",
+            limit=limit,
+        )
 
 
 def _ttl(ttl_seconds: Any, *, required: bool) -> int | None:
@@ -196,7 +233,11 @@ def reservations_list(*, holder: str | None = None, path: str | None = None) -> 
     rows = list(live)
     if path is not None:
         wanted = _path(path, "path")
-        rows = [r for r in rows if any(glob_match(p, wanted) for p in r.patterns)]
+        budget = reservation_budget()
+        try:
+            rows = [r for r in rows if any(glob_match(p, wanted, budget) for p in r.patterns)]
+        except BudgetSpent as spent:
+            raise _too_costly(spent) from None
     return {"results": _listed(rows[:MAX_LISTED]), "count": len(rows)}
 
 
@@ -210,14 +251,20 @@ def reservations_check(*, agent: Agent, paths: Any) -> dict[str, Any]:
         )
     wanted = [_path(p, f"paths[{i}]") for i, p in enumerate(paths)]
     held = list(Reservation.objects.live().filter(_others(agent), exclusive=True).order_by("fence"))
-    names = _key_names(held)
-    conflicts = [
-        {"path": path, "reservation": reservation_data(r, names)}
-        for path in dict.fromkeys(wanted)
-        for r in held
-        if any(glob_match(p, path) for p in r.patterns)
-    ]
-    return {"conflicts": conflicts}
+    budget = reservation_budget()
+    try:
+        hits = [
+            (path, r)
+            for path in dict.fromkeys(wanted)
+            for r in held
+            if any(glob_match(p, path, budget) for p in r.patterns)
+        ]
+    except BudgetSpent as spent:
+        raise _too_costly(spent) from None
+    names = _key_names(r for _, r in hits)
+    return {
+        "conflicts": [{"path": path, "reservation": reservation_data(r, names)} for path, r in hits]
+    }
 
 
 # --- writes -------------------------------------------------------------------------
@@ -255,16 +302,22 @@ def reservation_create(
         raise Invalid("lease_id must be a lease id.", fields={"lease_id": ["Not a string."]})
     ttl = _ttl(ttl_seconds, required=lease_id is None)
     why = _reason(reason)
-    # The search against what is live now, outside the lock (the module docstring).
-    seen = list(Reservation.objects.live().filter(_others(agent)))
-    seen_fence = max((r.fence for r in seen), default=0)
-    found = reservations_conflicting(checked, is_exclusive, seen)
+    reservations_per_key_check(agent)  # early; the count that holds is under the lock
+    budget = reservation_budget()
+    try:
+        # The search against what is live now, outside the lock (the module docstring).
+        seen = list(Reservation.objects.live().filter(_others(agent)))
+        seen_fence = max((r.fence for r in seen), default=0)
+        found = reservations_conflicting(checked, is_exclusive, seen, budget)
+    except BudgetSpent as spent:
+        raise _too_costly(spent) from None
     with write_transaction() as tx:
         reservations_expire_due(tx)
         lease: Lease | None = None
         if lease_id is not None:
             lease = lease_live(lease_id)
             lease_owner_check(lease, holder=agent.agent_id, key_prefix=agent.key_prefix)
+        reservations_per_key_check(agent)
         others = Reservation.objects.live().filter(_others(agent))
         if found:
             still = set(
@@ -273,9 +326,12 @@ def reservation_create(
                 )
             )
             found = [c for c in found if c["reservation"].pk in still]
-        found += reservations_conflicting(
-            checked, is_exclusive, others.filter(fence__gt=seen_fence)
-        )
+        try:
+            found += reservations_conflicting(
+                checked, is_exclusive, others.filter(fence__gt=seen_fence), budget
+            )
+        except BudgetSpent as spent:
+            raise _too_costly(spent) from None
         if found:
             raise _refused(found)
         now = timezone.now()

@@ -149,7 +149,15 @@ RESERVATION_CONFLICT = OpenApiResponse(
     ErrorEnvelopeSerializer,
     description="RESERVATION_CONFLICT: a pattern overlaps another agent's reservation; "
     "`conflicts` lists each (holder, patterns, expires_at, the overlapping pattern and a "
-    "path both match). Or LEASE_NOT_FOUND (404) for a lease_id that is not live.",
+    "path both match). Or TOO_MANY_RESERVATIONS: the key already holds "
+    "ZEROLOCK_MAX_RESERVATIONS_PER_KEY live reservations (`limit`). Or LEASE_NOT_FOUND (404) "
+    "for a lease_id that is not live.",
+)
+RESERVATION_TOO_COSTLY = OpenApiResponse(
+    ErrorEnvelopeSerializer,
+    description="VALIDATION_ERROR, or RESERVATION_TOO_COSTLY: comparing the patterns or paths "
+    "with the live reservations would spend more than ZEROLOCK_RESERVATION_BUDGET_STEPS "
+    "(`budget_steps`); nothing is written.",
 )
 
 
@@ -167,7 +175,7 @@ class ReservationListView(ApiView):
 
     @extend_schema(
         parameters=[ReservationListQuerySerializer],
-        responses=ReservationListSerializer,
+        responses={200: ReservationListSerializer, 400: RESERVATION_TOO_COSTLY},
         operation_id="reservations_list",
     )
     def get(self, request: Request) -> Response:
@@ -178,7 +186,11 @@ class ReservationListView(ApiView):
 
     @extend_schema(
         request=ReservationRequestSerializer,
-        responses={201: ReservationSerializer, 409: RESERVATION_CONFLICT},
+        responses={
+            201: ReservationSerializer,
+            400: RESERVATION_TOO_COSTLY,
+            409: RESERVATION_CONFLICT,
+        },
     )
     def post(self, request: Request) -> Response:
         body = request.data if isinstance(request.data, dict) else {}
@@ -201,7 +213,7 @@ class ReservationCheckView(ApiView):
 
     @extend_schema(
         request=ReservationCheckSerializer,
-        responses=ReservationCheckResultSerializer,
+        responses={200: ReservationCheckResultSerializer, 400: RESERVATION_TOO_COSTLY},
         operation_id="reservations_check",
     )
     def post(self, request: Request) -> Response:

@@ -264,8 +264,9 @@ TOOLS: tuple[Tool, ...] = (
         "agent out of any path both patterns match; exclusive=false only says you read "
         "them. RESERVATION_CONFLICT (409): another agent holds an overlapping pattern; "
         "the error lists each holder, its reason and expires_at, and a path both match: "
-        "work on something else or wait, do not edit those files. Release with "
-        "reservation_release when done." + REFUSALS,
+        "work on something else or wait, do not edit those files. TOO_MANY_RESERVATIONS "
+        "(409): your key holds the most live reservations it may; release ones you are done "
+        "with. Release with reservation_release when done." + REFUSALS,
     ),
     Tool(
         "reservation_check",

@@ -424,6 +424,16 @@ ZEROLOCK_SESSION_TIMEOUT_SECONDS = env_float("ZEROLOCK_SESSION_TIMEOUT_SECONDS",
 # Watches one key may hold open in one server process: GET /api/watch streams
 # and /ws/agents/ watches together.
 ZEROLOCK_MAX_WATCHES_PER_KEY = env_int("ZEROLOCK_MAX_WATCHES_PER_KEY", 100)
+# Live path reservations one key may hold; past it, 409 TOO_MANY_RESERVATIONS.
+# Every new reservation is compared with all the live ones, so their number is
+# the cost of each creation.
+ZEROLOCK_MAX_RESERVATIONS_PER_KEY = env_int("ZEROLOCK_MAX_RESERVATIONS_PER_KEY", 500)
+# Glob steps (coordination/globs.py, "Cost") one reservation create, check or
+# ?path= listing may spend comparing patterns and paths; past it, 400
+# RESERVATION_TOO_COSTLY and nothing written. A step is about a microsecond,
+# so this holds a request to about half a second of CPU; ordinary patterns
+# ("src/app/**/*.py") cost a few dozen steps a pair.
+ZEROLOCK_RESERVATION_BUDGET_STEPS = env_int("ZEROLOCK_RESERVATION_BUDGET_STEPS", 500_000)
 # Request bodies above this get 413 PAYLOAD_TOO_LARGE; so does a WebSocket message
 # (a Yjs update, an /ws/agents/ frame). uvicorn reads no WebSocket message above
 # four times this (zerolock_site/uvicorn_server.py).

@@ -12,8 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.errors import Invalid
+from coordination import globs
 from coordination.globs import (
     MAX_PATTERN,
+    Budget,
+    BudgetSpent,
     glob_check,
     glob_match,
     globs_overlap,
@@ -312,3 +315,63 @@ def test_two_pathological_full_length_patterns_are_decided_quickly(a, b):
     assert time.perf_counter() - started < 2
     if witness is not None:
         assert glob_match(a, witness) and glob_match(b, witness)
+
+
+# --- cost: every call spends from a budget, and a spent budget decides nothing ---------
+
+COSTLY_A = "*x" * 127 + "y"
+COSTLY_B = "*x" * 127 + "z"
+
+
+@pytest.fixture
+def nothing_remembered():
+    globs._WITNESSES.clear()
+    yield
+    globs._WITNESSES.clear()
+
+
+def spent(call, *args):
+    budget = Budget(10**9)
+    call(*args, budget)
+    return budget.steps - budget.left
+
+
+def test_patterns_with_different_literal_starts_cost_one_step(nothing_remembered):
+    assert spent(overlap_witness, "src/api/**/*.py", "docs/**") == 1
+    assert spent(overlap_witness, "src/\\*/a", "src/b/**") == 1
+    assert spent(glob_match, "src/api/**/*.py", "docs/a/b/c.py") == 1
+
+
+def test_ordinary_patterns_cost_a_few_dozen_steps(nothing_remembered):
+    assert spent(overlap_witness, "src/**/*.py", "src/app/*.py") < 200
+    assert spent(glob_match, "src/**/*.py", "src/a/b/c/d.py") < 200
+
+
+def test_an_answer_found_is_remembered_and_then_costs_one_step(nothing_remembered):
+    first = spent(overlap_witness, COSTLY_A, COSTLY_B)
+    assert first > 50_000
+    assert spent(overlap_witness, COSTLY_A, COSTLY_B) == 1
+
+
+def test_a_spent_budget_raises_and_leaves_nothing_remembered(nothing_remembered):
+    with pytest.raises(BudgetSpent) as raised:
+        overlap_witness(COSTLY_A, COSTLY_B, Budget(10_000))
+    assert raised.value.steps == 10_000
+    assert (COSTLY_A, COSTLY_B) not in globs._WITNESSES
+    with pytest.raises(BudgetSpent):
+        glob_match(COSTLY_A, "x" * 4095 + "z", Budget(10_000))
+
+
+def test_matching_a_long_path_against_a_costly_pattern_is_held_to_the_budget():
+    started = time.perf_counter()
+    with pytest.raises(BudgetSpent):
+        glob_match(COSTLY_A, "x" * 4095 + "z", Budget(50_000))
+    assert time.perf_counter() - started < 1  # unbudgeted, this match takes about 1 s
+
+
+@EXAMPLES
+@given(a=patterns, b=patterns, path=paths)
+def test_a_budget_that_suffices_changes_no_answer(a, b, path):
+    globs._WITNESSES.pop((a, b), None)
+    assert overlap_witness(a, b, Budget(10**6)) == overlap_witness(a, b)
+    assert glob_match(a, path, Budget(10**6)) == glob_match(a, path)

@@ -13,6 +13,7 @@ from django.utils import timezone
 from audit.models import AuditEntry
 from common import events
 from common.events import event_sink
+from coordination import globs
 from coordination.reservations import reservations_expire_now
 
 pytestmark = pytest.mark.django_db
@@ -271,3 +272,71 @@ def test_a_lease_id_of_another_shape_is_no_lease(alice):
         "/api/reservations", {"patterns": ["a"], "lease_id": "lse_zz"}, format="json"
     )
     assert code(answer) == (404, "LEASE_NOT_FOUND"), answer.content
+
+
+# --- cost: a key's live reservations are capped, and so is each request's glob work ----
+
+
+def test_a_key_holds_at_most_its_cap_of_live_reservations_whatever_its_agents_are_called(
+    make_key, client_for, bob, settings
+):
+    settings.ZEROLOCK_MAX_RESERVATIONS_PER_KEY = 3
+    workers = make_key(*AGENT, name="workers")
+    w1, w2 = client_for(workers, agent="w1"), client_for(workers, agent="w2")
+    held = [reserve(w1, "a/**").json(), reserve(w2, "b/**").json(), reserve(w1, "c/**").json()]
+    created = AuditEntry.objects.filter(action="reservation.created").count()
+    refused = reserve(w2, "d/**")
+    assert code(refused) == (409, "TOO_MANY_RESERVATIONS")
+    assert refused.json()["error"]["limit"] == 3
+    assert AuditEntry.objects.filter(action="reservation.created").count() == created
+    assert w1.get("/api/reservations").json()["count"] == 3
+    assert reserve(bob, "e/**").status_code == 201  # another key's count is its own
+    w1.delete(f"/api/reservations/{held[0]['reservation_id']}")
+    assert reserve(w2, "d/**").status_code == 201
+
+
+COSTLY = ["*x" * 127 + end for end in "yz"]
+
+
+@pytest.fixture
+def nothing_remembered():
+    globs._WITNESSES.clear()
+    yield
+    globs._WITNESSES.clear()
+
+
+def test_patterns_too_costly_to_compare_are_refused_and_nothing_is_written(
+    alice, bob, settings, nothing_remembered
+):
+    settings.ZEROLOCK_RESERVATION_BUDGET_STEPS = 100_000
+    assert reserve(alice, COSTLY[0]).status_code == 201
+    # One such pair costs about 65,000 steps; two of them are past the budget.
+    refused = reserve(bob, COSTLY[1], "*x" * 127 + "w")
+    assert code(refused) == (400, "RESERVATION_TOO_COSTLY"), refused.content
+    assert refused.json()["error"]["budget_steps"] == 100_000
+    assert bob.get("/api/reservations?holder=bob").json()["count"] == 0
+    assert not AuditEntry.objects.filter(action="reservation.created", agent_id="bob").exists()
+    assert reserve(bob, COSTLY[1]).status_code == 201  # one pair is within it
+
+
+def test_many_ordinary_patterns_fit_well_within_the_budget(alice, bob, settings):
+    settings.ZEROLOCK_RESERVATION_BUDGET_STEPS = 20_000
+    mine = [f"pkg{n}/**/*.py" for n in range(64)]
+    for start in range(0, 64, 16):
+        assert reserve(alice, *mine[start : start + 16]).status_code == 201
+    theirs = reserve(bob, *[f"pkg{n}/docs/*.md" for n in range(64)])
+    assert theirs.status_code == 201, theirs.content
+    assert code(reserve(bob, "pkg7/a/b.py")) == (409, "RESERVATION_CONFLICT")
+
+
+def test_a_check_or_listing_too_costly_to_match_is_refused(alice, bob, settings):
+    settings.ZEROLOCK_RESERVATION_BUDGET_STEPS = 50_000
+    assert reserve(alice, COSTLY[0]).status_code == 201
+    long_path = "x" * 4095 + "z"  # matching it against COSTLY[0] takes about 1,000,000
+    answer = bob.post("/api/reservations/check", {"paths": [long_path]}, format="json")
+    assert code(answer) == (400, "RESERVATION_TOO_COSTLY"), answer.content
+    answer = bob.get(f"/api/reservations?path={long_path}")
+    assert code(answer) == (400, "RESERVATION_TOO_COSTLY"), answer.content
+    held = "x" * 127 + "y"
+    short = bob.post("/api/reservations/check", {"paths": [held]}, format="json")
+    assert short.status_code == 200 and short.json()["conflicts"][0]["path"] == held
