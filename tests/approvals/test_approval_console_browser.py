@@ -130,7 +130,7 @@ def test_a_request_appears_live_and_approving_it_commits_and_tells_the_agent(sce
         page.screenshot(path=str(shots / "console-queue.png"), full_page=True)
 
         row.locator("a").click()
-        expect(page.locator("h1")).to_have_text("Pay ACME invoice 42")
+        expect(page.locator("#description-text")).to_have_text("Pay ACME invoice 42")
         expect(page.locator(".diff .line.add").first).to_contain_text("750")
         expect(page.locator(".diff .line.del").first).to_contain_text("1000")
         page.screenshot(path=str(shots / "console-detail.png"), full_page=True)

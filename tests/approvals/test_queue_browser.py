@@ -98,13 +98,13 @@ def test_keyboard_shortcuts_decide_a_request_and_move_to_the_next(console, brows
     page.keyboard.press("k")
     page.keyboard.press("a")  # approve the selected one: the page opens with the confirmation
     expect(page.locator("#confirm-approve")).to_be_visible()
-    expect(page.locator("h1")).to_have_text("First")
+    expect(page.locator("#summary tr[data-path='/limit'] .val.new")).to_have_text("11")
     page.keyboard.press("Tab")
     page.keyboard.press("Enter")
     expect(page.locator("#approval-status")).to_have_text("committed")
     assert Approval.objects.get(pk=first).status == "committed"
     page.keyboard.press("n")  # the next pending request
-    expect(page.locator("h1")).to_have_text("Second")
+    expect(page.locator("#summary tr[data-path='/limit'] .val.new")).to_have_text("12")
     page.keyboard.press("r")
     expect(page.locator("#reason")).to_be_focused()
     page.keyboard.type("Superseded by the first")
