@@ -31,7 +31,7 @@ from common.errors import ApiError
 from shards.models import Shard
 
 from . import selectors, services
-from .diffs import approval_diff, unmoved
+from .diffs import approval_diff, stored_diff, unmoved
 from .diffview import shown, shown_diff
 from .models import Approval, ApprovalQuerySet, ApprovalStatus
 from .review import SummaryRow, change_summary, first_change
@@ -240,14 +240,28 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
         for entry in AuditEntry.objects.filter(details__approval_id=approval.id).order_by("id")
     ]
     decisions = list(approval.decisions.all())
-    # The summary reads the server's RFC 6902 patch: the stored one while the
-    # shard has not moved, else one against the current value.
-    moved = read.shard is not None and not unmoved(approval, read.shard)
-    patch = approval_diff(approval, read.shard)
-    base = current["value"] if moved and current else approval.value_at_request
-    summary = change_summary(patch.patch, base) if patch.patch is not None else None
-    mine = next((d for d in decisions if d.principal == f"user:{user.pk}"), None)
     pending = status == ApprovalStatus.PENDING
+    moved = read.shard is not None and not unmoved(approval, read.shard)
+    asked = stored_diff(approval)
+    asked_summary = (
+        change_summary(asked.patch, approval.value_at_request) if asked.patch is not None else None
+    )
+    if pending:
+        # What approving would do now: the server's RFC 6902 patch against the
+        # current value (the stored one while the shard has not moved); and,
+        # once it has moved, what the agent meant beside it.
+        patch = approval_diff(approval, read.shard)
+        base = current["value"] if moved and current else approval.value_at_request
+        summary = change_summary(patch.patch, base) if patch.patch is not None else None
+        intended = asked_summary if moved else None
+        lines = shown_diff(current_value, proposed_value)
+    else:
+        # A decided request shows what it asked for, from the value it was asked
+        # against: a committed one's own commit is the current value, which
+        # compared with itself read "No change".
+        patch, summary, intended = asked, asked_summary, None
+        lines = shown_diff(shown(approval.value_at_request), proposed_value)
+    mine = next((d for d in decisions if d.principal == f"user:{user.pk}"), None)
     return render(
         request,
         "console/detail.html",
@@ -256,8 +270,9 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             "status": status,
             "current": current,
             "stale": read.stale and pending,
-            "diff": shown_diff(current_value, proposed_value),
+            "diff": lines,
             "summary": summary,
+            "intended": intended,
             "diff_omitted": patch.omitted,
             "value_at_request": shown(approval.value_at_request).text,
             "current_value": current_value.text,
@@ -276,6 +291,36 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
     )
 
 
+def _settled(approval_id: str) -> str:
+    """What an officer deciding a request that is no longer pending is told: who
+    decided it, when, and what came of it. Empty while it is pending. (The one who
+    lost a simultaneous approve was once shown "the shard has moved on", about the
+    very commit the other officer's approval made.)"""
+    approval = Approval.objects.filter(pk=approval_id).first()
+    if approval is None:
+        return ""
+    status = approval.effective_status
+    if status == ApprovalStatus.PENDING:
+        return ""
+    if status == ApprovalStatus.EXPIRED:
+        return "This request expired before your decision: nothing was recorded or written."
+    who = approval.decided_by.removeprefix("user:").removeprefix("agent:") or "someone"
+    when = approval.decided_at.strftime("%H:%M:%S UTC") if approval.decided_at else ""
+    commit = approval.commit or {}
+    outcome = {
+        ApprovalStatus.COMMITTED: f"the change is applied: {approval.shard_id} is at version "
+        f"{commit.get('version')}",
+        ApprovalStatus.REJECTED: "it was rejected, and nothing was written",
+        ApprovalStatus.APPROVED_STALE: "it was approved but could not apply (stale); nothing "
+        "was written",
+    }.get(status, f"it is {status}")
+    verb = "rejected" if status == ApprovalStatus.REJECTED else "approved"
+    return (
+        f"{who} {verb} this a moment before you (at {when}): {outcome}. "
+        "Your decision was not needed and was not recorded."
+    )
+
+
 @login_required
 @require_POST
 def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
@@ -285,6 +330,10 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     action = request.POST.get("action")
     if action not in ("approve", "reject"):
         messages.error(request, "Choose approve or reject.")
+        return redirect("console-detail", approval_id=approval_id)
+    settled = _settled(approval_id)
+    if settled:
+        messages.info(request, settled)
         return redirect("console-detail", approval_id=approval_id)
     if action == "approve" and request.POST.get("override_stale") != "yes":
         # A stale request would not apply: approving it needs the officer to say
@@ -308,7 +357,12 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
             reason=request.POST.get("reason", ""),
         )
     except ApiError as error:
-        messages.error(request, f"{error.code}: {error.message}")
+        # Decided by someone else between the check above and this decision.
+        settled = _settled(approval_id)
+        if settled:
+            messages.info(request, settled)
+        else:
+            messages.error(request, f"{error.code}: {error.message}")
         return redirect("console-detail", approval_id=approval_id)
     commit = approval.commit or {}
     if approval.status == ApprovalStatus.COMMITTED:

@@ -98,7 +98,7 @@
   }
 
   // Fetch this page again and swap in everything but the decision form.
-  var PARTS = ["approval-status", "facts", "change", "history-parts", "stale-callout"];
+  var PARTS = ["approval-status", "facts", "change", "line-diff", "history-parts", "stale-callout"];
   function refreshParts() {
     fetch(location.href, { credentials: "same-origin" }).then(function (r) { return r.text(); }).then(function (html) {
       var fresh = new DOMParser().parseFromString(html, "text/html");
@@ -106,8 +106,8 @@
         var now = document.getElementById(id), then = fresh.getElementById(id);
         if (now && then) now.replaceWith(then);
         else if (!now && then && id === "stale-callout") {
-          var facts = document.getElementById("facts");
-          if (facts) facts.after(then);
+          var change = document.getElementById("change");
+          if (change) change.before(then);
         }
       });
       var values = document.getElementById("three-values");
