@@ -53,7 +53,7 @@ class ApprovedChangeWorkflow:
     approval, once granted, is the commit (the server applies it)."""
 
     @workflow.run
-    async def run(self, shard_id: str, key: str, value: Any) -> dict[str, Any]:
+    async def run(self, shard_id: str, key: str, value: Any, poll_seconds: float) -> dict[str, Any]:
         shard = await workflow.execute_activity("zerolock.read_shard", ReadShard(shard_id), **STEP)
         request = RequestApproval(
             shard_id,
@@ -63,7 +63,7 @@ class ApprovedChangeWorkflow:
             ttl_seconds=600,
         )
         return await request_and_wait_for_approval(
-            request, poll_seconds=0.5, heartbeat_timeout=timedelta(seconds=5)
+            request, poll_seconds=poll_seconds, heartbeat_timeout=timedelta(seconds=5)
         )
 
 

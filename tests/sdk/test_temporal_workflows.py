@@ -166,8 +166,12 @@ def test_five_workflows_race_for_one_task_and_exactly_one_claims_it(
 
 
 def approval_scenario(
-    live_server_url: str, temporal_address: str, make_key: Callable[..., str], approve: bool
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    live_server_url: str,
+    temporal_address: str,
+    make_key: Callable[..., str],
+    approve: bool,
+    poll_seconds: float,
+) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
     """A workflow proposes a change to an irreversible shard and waits; a person
     (another key) decides through the REST API. Returns the workflow's result and
     the shard's history."""
@@ -180,7 +184,7 @@ def approval_scenario(
     async def decide(client: Client, queue: str) -> dict[str, Any]:
         handle = await client.start_workflow(
             ApprovedChangeWorkflow.run,
-            args=[shard_id, "payout_limit", 5000],
+            args=[shard_id, "payout_limit", 5000, poll_seconds],
             id=f"raise-limit-{uuid.uuid4().hex[:6]}",
             task_queue=queue,
         )
@@ -196,9 +200,11 @@ def approval_scenario(
                 await person.approve(pending[0].id, "within budget")
             else:
                 await person.reject(pending[0].id, "too much")
-        return await asyncio.wait_for(handle.result(), 30)
+        decided = time.monotonic()
+        result: dict[str, Any] = await asyncio.wait_for(handle.result(), 30)
+        return {**result, "resumed_after": time.monotonic() - decided}
 
-    async def scenario() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    async def scenario() -> tuple[dict[str, Any], list[dict[str, Any]], float]:
         async with ZeroLockClient(live_server_url, agent_id="setup", api_key=admin) as zl:
             await zl.create_shard(
                 shard_id,
@@ -207,7 +213,8 @@ def approval_scenario(
             result = await with_worker(
                 temporal_address, activities, [ApprovedChangeWorkflow], decide
             )
-            return result, await zl.history(shard_id)
+            resumed_after = result.pop("resumed_after")
+            return result, await zl.history(shard_id), resumed_after
 
     return asyncio.run(scenario())
 
@@ -215,7 +222,12 @@ def approval_scenario(
 def test_a_workflow_waits_for_an_approval_and_resumes_with_its_commit_once_a_person_approves(
     live_server_url, temporal_address, make_key
 ):
-    result, history = approval_scenario(live_server_url, temporal_address, make_key, approve=True)
+    # Polling once a minute: only the server's push can end the wait in time.
+    result, history, resumed_after = approval_scenario(
+        live_server_url, temporal_address, make_key, approve=True, poll_seconds=60
+    )
+    print(f"resumed {resumed_after:.2f}s after the approval")
+    assert resumed_after < 10
     assert result["status"] == "approved" and result["applied"]
     assert result["commit"]["version"] == 2 and result["decided_by"]
     # One write, the approved one, applied once.
@@ -228,7 +240,10 @@ def test_a_workflow_waits_for_an_approval_and_resumes_with_its_commit_once_a_per
 def test_a_rejected_approval_ends_the_workflow_without_a_write(
     live_server_url, temporal_address, make_key
 ):
-    result, history = approval_scenario(live_server_url, temporal_address, make_key, approve=False)
+    result, history, resumed_after = approval_scenario(
+        live_server_url, temporal_address, make_key, approve=False, poll_seconds=0.5
+    )
+    print(f"resumed {resumed_after:.2f}s after the rejection")
     assert result["status"] == "rejected" and not result["applied"]
     assert result["reason"] == "too much" and result["commit"] is None
     assert [h["version"] for h in history] == [1]
