@@ -95,8 +95,8 @@ class BookWorkflow:
 
 
 class RecordedActivities(ZeroLockActivities):
-    """The adapter's activities, with the commit recorded to a file (attempt and
-    answer), and with ``block_after_commit`` a commit that returns nothing after
+    """The adapter's activities, with the commit recorded to a file (attempt,
+    process and answer), and with ``block_after_commit`` a commit that returns nothing after
     the server applied it: the window in which a worker death leaves Temporal
     retrying a write that already happened. Test-only: the adapter has no hook."""
 
@@ -109,7 +109,8 @@ class RecordedActivities(ZeroLockActivities):
     async def commit_shard(self, request: CommitShard) -> dict[str, Any]:
         done = await super().commit_shard(request)
         with open(self._log_path, "a") as log:
-            log.write(json.dumps({"attempt": activity.info().attempt, **done}) + "\n")
+            attempt = {"attempt": activity.info().attempt, "pid": os.getpid()}
+            log.write(json.dumps({**attempt, **done}) + "\n")
         if self._block:
             await asyncio.Event().wait()  # until the test kills this process
         return done
