@@ -133,7 +133,7 @@ async def serve(args: argparse.Namespace) -> None:
     async with Worker(
         client,
         task_queue=args.task_queue,
-        workflows=[BookWorkflow],
+        workflows=[BookWorkflow, ApprovedChangeWorkflow],
         activities=activities.all(),
         max_cached_workflows=0,
     ):

