@@ -135,11 +135,12 @@ def test_a_retried_approval_request_is_one_approval_and_the_wait_returns_its_dec
             assert len(await zl.list_approvals(shard_id="limits")) == 1
 
             wait = WaitForApproval(first["approval_id"], poll_seconds=0.2)
-            waiting = asyncio.create_task(
-                environment("wf", "2").run(activities.wait_for_approval, wait)
-            )
+            waiter, beats = environment("wf", "2"), []
+            # The wait heartbeats, so Temporal can tell a dead worker's wait apart.
+            waiter.on_heartbeat = lambda *details: beats.append(details)
+            waiting = asyncio.create_task(waiter.run(activities.wait_for_approval, wait))
             await asyncio.sleep(0.5)
-            assert not waiting.done()  # nobody decided yet
+            assert not waiting.done() and beats  # nobody decided yet; it is alive
             async with ZeroLockClient(live_server_url, agent_id="bob", api_key=officer) as bob:
                 await bob.approve(first["approval_id"], "fine")
             decided = await asyncio.wait_for(waiting, 10)
