@@ -229,8 +229,9 @@ class ZeroLockActivities:
 def approval_outcome(approval: Approval) -> dict[str, Any]:
     """What a workflow needs of an approval: ``status`` in the SDK's words
     ("pending", "approved" = approved and applied, "rejected", "expired",
-    "stale" = approved but not applied), ``applied`` and ``commit`` (the version
-    the approval's own commit wrote, or why it could not)."""
+    "approved_stale" = approved but not applied), ``applied`` and ``commit`` (the
+    version the approval's own commit wrote, or its ``error``: ``STALE_VERSION``
+    when the shard moved on, so read again and ask again)."""
     return {
         "approval_id": approval.id,
         "status": approval.status,

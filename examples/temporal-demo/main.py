@@ -62,10 +62,10 @@ class PayoutWorkflow:
                 ttl_seconds=600,
             )
             decided = await request_and_wait_for_approval(booking)
-            if decided["status"] != "stale":
+            if (decided["commit"] or {}).get("error") != "STALE_VERSION":
                 return {"booked": decided["applied"], **decided}
-            # Approved, but the ledger moved on meanwhile: nothing was written; ask
-            # again on the new version.
+            # Approved, but the ledger moved on meanwhile (approved_stale): nothing
+            # was written; ask again on the new version.
 
 
 def free_port() -> int:

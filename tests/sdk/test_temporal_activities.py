@@ -151,6 +151,38 @@ def test_a_retried_approval_request_is_one_approval_and_the_wait_returns_its_dec
     asyncio.run(scenario())
 
 
+def test_an_approval_outdated_before_its_decision_comes_back_stale_with_nothing_written(
+    live_server_url,
+):
+    requester = api_key_create(name="wf", permissions=["shard:read", "approval:request"])[1]
+    officer = api_key_create(name="officer", permissions=["shard:read", "approval:decide"])[1]
+    admin = keys()[1]
+    activities = ZeroLockActivities(live_server_url, agent_id="wf-a", api_key=requester)
+
+    async def scenario() -> None:
+        async with ZeroLockClient(live_server_url, agent_id="setup", api_key=admin) as zl:
+            options = CreateShardOptions(initial_value={"limit": 1}, reversible=False)
+            await zl.create_shard("limits", options)
+            mine = await environment("wf", "1").run(
+                activities.request_approval, RequestApproval("limits", {"limit": 2}, 1, "mine")
+            )
+            rival = await environment("wf-b", "1").run(
+                activities.request_approval, RequestApproval("limits", {"limit": 3}, 1, "rival")
+            )
+            async with ZeroLockClient(live_server_url, agent_id="bob", api_key=officer) as bob:
+                await bob.approve(rival["approval_id"], "first")  # the shard moves to v2
+                await bob.approve(mine["approval_id"], "too late")
+            decided = await environment("wf", "2").run(
+                activities.wait_for_approval, WaitForApproval(mine["approval_id"])
+            )
+            # What a workflow reads to ask again on the new version.
+            assert decided["status"] == "approved_stale" and not decided["applied"]
+            assert decided["commit"]["error"] == "STALE_VERSION"
+            assert (await zl.get_shard("limits")).value == {"limit": 3}
+
+    asyncio.run(scenario())
+
+
 def test_the_idempotency_key_ignores_the_attempt_and_fits_the_servers_limit():
     base = ActivityEnvironment.default_info()
     same = [dataclasses.replace(base, attempt=n) for n in (1, 2, 9)]
