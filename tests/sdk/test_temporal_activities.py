@@ -22,6 +22,8 @@ from zerolock_sdk.temporal import (  # noqa: E402
     ClaimTask,
     CommitShard,
     ReadShard,
+    RequestApproval,
+    WaitForApproval,
     ZeroLockActivities,
     activity_idempotency_key,
 )
@@ -110,6 +112,73 @@ def test_read_and_claim_activities_and_a_retried_claim_keeps_its_win(live_server
             with pytest.raises(ApplicationError) as missing:
                 await environment("wf", "5").run(activities.read_shard, ReadShard("nowhere"))
             assert missing.value.type == "SHARD_NOT_FOUND" and missing.value.non_retryable
+
+    asyncio.run(scenario())
+
+
+def test_a_retried_approval_request_is_one_approval_and_the_wait_returns_its_decision(
+    live_server_url,
+):
+    requester = api_key_create(name="wf", permissions=["shard:read", "approval:request"])[1]
+    officer = api_key_create(name="officer", permissions=["shard:read", "approval:decide"])[1]
+    admin = keys()[1]
+    activities = ZeroLockActivities(live_server_url, agent_id="wf-a", api_key=requester)
+
+    async def scenario() -> None:
+        async with ZeroLockClient(live_server_url, agent_id="setup", api_key=admin) as zl:
+            options = CreateShardOptions(initial_value={"limit": 1}, reversible=False)
+            await zl.create_shard("limits", options)
+            ask = RequestApproval("limits", {"limit": 2}, 1, "raise the limit")
+            first = await environment("wf", "1", attempt=1).run(activities.request_approval, ask)
+            retried = await environment("wf", "1", attempt=2).run(activities.request_approval, ask)
+            assert retried == first and first["status"] == "pending"
+            assert len(await zl.list_approvals(shard_id="limits")) == 1
+
+            wait = WaitForApproval(first["approval_id"], poll_seconds=0.2)
+            waiter, beats = environment("wf", "2"), []
+            # The wait heartbeats, so Temporal can tell a dead worker's wait apart.
+            waiter.on_heartbeat = lambda *details: beats.append(details)
+            waiting = asyncio.create_task(waiter.run(activities.wait_for_approval, wait))
+            await asyncio.sleep(0.5)
+            assert not waiting.done() and beats  # nobody decided yet; it is alive
+            async with ZeroLockClient(live_server_url, agent_id="bob", api_key=officer) as bob:
+                await bob.approve(first["approval_id"], "fine")
+            decided = await asyncio.wait_for(waiting, 10)
+            assert decided["status"] == "approved" and decided["applied"]
+            assert decided["commit"]["version"] == 2 and decided["decided_by"] == "agent:bob"
+            assert (await zl.get_shard("limits")).value == {"limit": 2}
+
+    asyncio.run(scenario())
+
+
+def test_an_approval_outdated_before_its_decision_comes_back_stale_with_nothing_written(
+    live_server_url,
+):
+    requester = api_key_create(name="wf", permissions=["shard:read", "approval:request"])[1]
+    officer = api_key_create(name="officer", permissions=["shard:read", "approval:decide"])[1]
+    admin = keys()[1]
+    activities = ZeroLockActivities(live_server_url, agent_id="wf-a", api_key=requester)
+
+    async def scenario() -> None:
+        async with ZeroLockClient(live_server_url, agent_id="setup", api_key=admin) as zl:
+            options = CreateShardOptions(initial_value={"limit": 1}, reversible=False)
+            await zl.create_shard("limits", options)
+            mine = await environment("wf", "1").run(
+                activities.request_approval, RequestApproval("limits", {"limit": 2}, 1, "mine")
+            )
+            rival = await environment("wf-b", "1").run(
+                activities.request_approval, RequestApproval("limits", {"limit": 3}, 1, "rival")
+            )
+            async with ZeroLockClient(live_server_url, agent_id="bob", api_key=officer) as bob:
+                await bob.approve(rival["approval_id"], "first")  # the shard moves to v2
+                await bob.approve(mine["approval_id"], "too late")
+            decided = await environment("wf", "2").run(
+                activities.wait_for_approval, WaitForApproval(mine["approval_id"])
+            )
+            # What a workflow reads to ask again on the new version.
+            assert decided["status"] == "approved_stale" and not decided["applied"]
+            assert decided["commit"]["error"] == "STALE_VERSION"
+            assert (await zl.get_shard("limits")).value == {"limit": 3}
 
     asyncio.run(scenario())
 
