@@ -25,7 +25,6 @@ retry policy."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,12 +33,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from .client import ZeroLockClient
-from .errors import RateLimitedError, ZeroLockError
+from .errors import ZeroLockError
+from .idempotency import retry_may_succeed, step_idempotency_key
 from .task_claim import claim_task
 
 T = TypeVar("T")
-MAX_KEY = 255  # the server's limit on Idempotency-Key
-RETRYABLE_CODES = frozenset({"IDEMPOTENCY_IN_PROGRESS"})
 
 
 @dataclass(frozen=True)
@@ -71,10 +69,7 @@ def activity_idempotency_key(info: activity.Info | None = None) -> str:
         info.activity_id,
         getattr(info, "activity_run_id", None) or "",
     )
-    key = "temporal:" + ":".join(parts)
-    if len(key) <= MAX_KEY:
-        return key
-    return "temporal:sha256:" + hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+    return step_idempotency_key("temporal", *parts)
 
 
 class ZeroLockActivities:
@@ -132,7 +127,7 @@ class ZeroLockActivities:
 
 def _as_temporal(error: ZeroLockError) -> Exception:
     """Refusals that a retry cannot change stop the retries; the rest go on."""
-    if isinstance(error, RateLimitedError) or error.status >= 500 or error.code in RETRYABLE_CODES:
+    if retry_may_succeed(error):
         return error
     return ApplicationError(
         f"{error.code}: {error.message}",
