@@ -381,7 +381,10 @@ class ZeroLockClient:
         description: str,
         *,
         ttl_seconds: int = 3600,
+        idempotency_key: str | None = None,
     ) -> Approval:
+        """``idempotency_key``: a retried request gets the first approval back
+        instead of asking the humans a second time (the runtime adapters' steps)."""
         body = {
             "shard_id": shard_id,
             "proposed_value": proposed_value,
@@ -390,7 +393,9 @@ class ZeroLockClient:
             "ttl_seconds": ttl_seconds,
         }
         return Approval.from_json(
-            await self.request("POST", "/api/approvals/request", json_body=body)
+            await self.request(
+                "POST", "/api/approvals/request", json_body=body, idempotency_key=idempotency_key
+            )
         )
 
     async def list_approvals(
