@@ -1,21 +1,14 @@
-"""The Inngest approval bridge that tests/sdk/test_inngest.py serves with
-uvicorn in its own process. It sends events to ``ZL_INNGEST_EVENT_API``, which in
-the test is a recorder standing in for Inngest's Event API (no Inngest server
-can be installed here)."""
+"""examples/inngest/app.py's bridge, as tests/sdk/test_inngest.py serves it
+(uvicorn, a process of its own). Its Inngest client sends to
+``$INNGEST_EVENT_API_BASE_URL``: in the test, a recorder standing in for Inngest's
+Event API (no Inngest server can be installed here)."""
 
 from __future__ import annotations
 
-import os
+import sys
+from pathlib import Path
 
-import inngest
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "inngest"))
+from app import bridge  # noqa: E402
 
-from zerolock_sdk.inngest import approval_webhook_bridge
-
-client = inngest.Inngest(
-    app_id="zerolock-test",
-    event_api_base_url=os.environ.get("ZL_INNGEST_EVENT_API", "http://127.0.0.1:9"),
-    event_key="test-event-key",
-    is_production=False,
-)
-
-bridge = approval_webhook_bridge(os.environ.get("ZL_WEBHOOK_SECRET", "whsec_"), client)
+__all__ = ["bridge"]

@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -40,6 +39,11 @@ from tests.approvals.test_webhooks import worker  # noqa: E402, F401 (a fixture)
 from tests.conftest import ROOT, _free_port  # noqa: E402
 from zerolock_sdk import CreateShardOptions, ZeroLockClient  # noqa: E402
 from zerolock_sdk.inngest import InngestZeroLock  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "inngest"
+os.environ.setdefault("INNGEST_DEV", "1")  # the example's client: never Inngest Cloud here
+sys.path.insert(0, str(EXAMPLE))
+import app as example  # noqa: E402
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
@@ -86,20 +90,6 @@ def zl_call(url: str, key: str, work, agent: str = "setup") -> Any:
     return asyncio.run(run())
 
 
-def book_function(zl: InngestZeroLock) -> inngest.Function:
-    @client.create_function(
-        fn_id="book-payout", trigger=inngest.TriggerEvent(event="payout/created"), retries=3
-    )
-    async def book(ctx: inngest.Context) -> dict[str, Any]:
-        payout = ctx.event.data
-        seen = await zl.read_shard(ctx, "read-ledger", payout["shard"])
-        value = {**seen["value"], payout["id"]: payout["amount"]}
-        done = await zl.commit_shard(ctx, "commit-ledger", payout["shard"], value, seen["version"])
-        return {"version": done["version"]}
-
-    return book
-
-
 def test_without_an_inngest_server_a_function_reads_and_commits_in_memoized_steps(
     live_server_url, keys
 ):
@@ -109,11 +99,11 @@ def test_without_an_inngest_server_a_function_reads_and_commits_in_memoized_step
         admin_key,
         lambda zl: zl.create_shard("ledger-i", CreateShardOptions(initial_value={})),
     )
-    zl = InngestZeroLock(live_server_url, agent_id="payouts", api_key=worker_key)
+    example.zl = InngestZeroLock(live_server_url, agent_id="payouts", api_key=worker_key)
     event = inngest.Event(
         name="payout/created", data={"shard": "ledger-i", "id": "p1", "amount": 3}
     )
-    result = mocked.trigger(book_function(zl), event, client)
+    result = mocked.trigger(example.book_payout, event, client)
     assert result.status is mocked.Status.COMPLETED, result.error
     assert result.output == {"version": 2}
     shard = zl_call(live_server_url, admin_key, lambda c: c.get_shard("ledger-i"))
@@ -131,13 +121,13 @@ def test_without_an_inngest_server_a_commit_step_retried_after_its_answer_was_lo
     )
     transport = DropAnswerOnce()
     transport.armed = True
-    zl = InngestZeroLock(
+    example.zl = InngestZeroLock(
         live_server_url, agent_id="payouts", api_key=worker_key, transport=transport
     )
     event = inngest.Event(
         name="payout/created", data={"shard": "ledger-j", "id": "p2", "amount": 4}
     )
-    result = mocked.trigger(book_function(zl), event, client)
+    result = mocked.trigger(example.book_payout, event, client)
     assert transport.armed is False  # the answer was lost once
     assert result.status is mocked.Status.COMPLETED, result.error
     assert result.output == {"version": 2}
@@ -207,7 +197,13 @@ def bridge(worker, tmp_path) -> Iterator[EventApiRecorder]:  # noqa: F811 (the i
     webhooks, which a real Celery worker delivers; its events go to the recorder."""
     recorder = EventApiRecorder()
     port = _free_port()
-    env = {**os.environ, "ZL_WEBHOOK_SECRET": SECRET, "ZL_INNGEST_EVENT_API": recorder.url}
+    env = {
+        **os.environ,
+        "ZEROLOCK_WEBHOOK_SECRET": SECRET,
+        "INNGEST_DEV": "1",
+        "INNGEST_EVENT_API_BASE_URL": recorder.url,
+        "INNGEST_EVENT_KEY": "test-event-key",
+    }
     log = tmp_path / "bridge.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
@@ -263,30 +259,44 @@ def test_a_real_webhook_delivery_becomes_the_event_that_ends_the_approval_wait_n
     assert sent["data"]["approval_id"] == approval.id
     assert sent["data"]["status"] == "committed"
 
-    zl = InngestZeroLock(live_server_url, agent_id="payouts", api_key=worker_key)
-
-    @client.create_function(fn_id="await-decision", trigger=inngest.TriggerEvent(event="pay"))
-    async def await_decision(ctx: inngest.Context) -> dict[str, Any]:
-        return await zl.wait_for_approval(
-            ctx, "wait-approval", ctx.event.data["approval_id"], timeout=timedelta(minutes=5)
-        )
-
-    trigger = inngest.Event(name="pay", data={"approval_id": approval.id})
-    # The run as Inngest would drive it: the check step had read the approval while
-    # it was pending, and the wait was fulfilled by the event the bridge sent.
+    example.zl = InngestZeroLock(live_server_url, agent_id="payouts", api_key=worker_key)
+    trigger = inngest.Event(
+        name="payout/large", data={"shard": "treasury-i", "id": "acme", "amount": 3}
+    )
+    # The simulator cannot pause a run at its wait and resume it later, so the run
+    # is given what Inngest would have memoized by then: the approval its "ask"
+    # step got (the one requested above), the check that read it still pending,
+    # and the event the bridge sent as the one that fulfilled the wait.
     waited = mocked.trigger(
-        await_decision,
+        example.pay_approved,
         trigger,
         client,
-        step_stubs={"wait-approval-check": pending, "wait-approval": sent},
+        step_stubs={"ask": approval.raw, "wait-approval-check": pending, "wait-approval": sent},
     )
     assert waited.status is mocked.Status.COMPLETED, waited.error
     assert waited.output["status"] == "committed"
     assert waited.output["approval_id"] == approval.id
     assert waited.output == sent["data"]  # the event's data, not a read of the API
-    # A run that starts after the decision does not wait: its check step (run for
-    # real against ZeroLock) already sees the decision.
-    late = mocked.trigger(await_decision, trigger, client)
+    # A run that reaches the wait after the decision does not wait: its check
+    # step (run for real against ZeroLock) already sees the decision.
+    late = mocked.trigger(example.pay_approved, trigger, client, step_stubs={"ask": approval.raw})
     assert late.status is mocked.Status.COMPLETED, late.error
     assert late.output["status"] == "committed"
     assert late.output["id"] == approval.id and late.output != sent["data"]  # the API's shape
+
+
+def test_the_example_script_books_a_payout_in_the_sdk_simulator_no_inngest_server(
+    live_server_url,
+):
+    key = api_key_create(name="inngest example", permissions=["admin"])[1]
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ZEROLOCK_", "INNGEST_"))}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE / "app.py")],
+        env={**base, "ZEROLOCK_URL": live_server_url, "ZEROLOCK_API_KEY": key, "INNGEST_DEV": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=EXAMPLE,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ": Completed, {'version': 2}" in done.stdout

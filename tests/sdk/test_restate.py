@@ -119,7 +119,7 @@ class Restate:
     def send(self, handler: str, body: dict, key: str) -> str:
         """Starts an invocation (idempotency key ``key``) and returns its id."""
         response = httpx.post(
-            f"{self.ingress}/ledger/{handler}/send",
+            f"{self.ingress}/payouts/{handler}/send",
             json=body,
             headers={"idempotency-key": key},
             timeout=10,
@@ -167,8 +167,8 @@ def restate(live_server_url, tmp_path_factory) -> Iterator[Restate]:
         **os.environ,
         "ZEROLOCK_URL": live_server_url,
         "ZL_TEST_DIR": str(tmp),
-        "ZL_WEBHOOK_SECRET": SECRET,
-        "ZL_RESTATE_INGRESS": ingress,
+        "ZEROLOCK_WEBHOOK_SECRET": SECRET,
+        "RESTATE_INGRESS_URL": ingress,
     }
     env.pop("ZEROLOCK_API_KEY", None)
     rs = Restate(ingress, admin, tmp, _free_port(), None, env)  # type: ignore[arg-type]
