@@ -37,6 +37,7 @@ from access.services import api_key_create  # noqa: E402
 from approvals.models import WebhookDelivery, WebhookSubscription, new_webhook_secret  # noqa: E402
 from tests.approvals.test_webhooks import worker  # noqa: E402, F401 (a fixture)
 from tests.conftest import ROOT, _free_port  # noqa: E402
+from tests.sdk.runtime_docs import assert_snippets_are_the_example  # noqa: E402
 from zerolock_sdk import CreateShardOptions, ZeroLockClient  # noqa: E402
 from zerolock_sdk.inngest import InngestZeroLock  # noqa: E402
 
@@ -300,3 +301,7 @@ def test_the_example_script_books_a_payout_in_the_sdk_simulator_no_inngest_serve
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert ": Completed, {'version': 2}" in done.stdout
+
+
+def test_the_inngest_section_of_the_runtimes_page_shows_the_tested_example_as_printed():
+    assert_snippets_are_the_example("Inngest", "inngest")

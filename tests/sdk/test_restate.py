@@ -34,6 +34,7 @@ from access.services import api_key_create  # noqa: E402
 from approvals.models import WebhookSubscription, new_webhook_secret  # noqa: E402
 from tests.approvals.test_webhooks import worker  # noqa: E402, F401 (a fixture)
 from tests.conftest import ROOT, _free_port  # noqa: E402
+from tests.sdk.runtime_docs import assert_snippets_are_the_example  # noqa: E402
 from zerolock_sdk import CreateShardOptions, ZeroLockClient  # noqa: E402
 from zerolock_sdk.idempotency import step_idempotency_key  # noqa: E402
 from zerolock_sdk.restate import step_key  # noqa: E402
@@ -350,3 +351,7 @@ def test_step_keys_name_the_invocation_and_the_step_and_stay_within_the_servers_
     assert step_key(ctx, "read") == "restate:inv_1:2:read"  # type: ignore[arg-type]
     long = step_idempotency_key("restate", "x" * 300)
     assert len(long) <= 255 and long.startswith("restate:sha256:")
+
+
+def test_the_restate_section_of_the_runtimes_page_shows_the_tested_example_as_printed():
+    assert_snippets_are_the_example("Restate", "restate")
