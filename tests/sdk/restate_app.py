@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
+import restate
 
 from zerolock_sdk.client import ZeroLockClient
-from zerolock_sdk.restate import RestateZeroLock
+from zerolock_sdk.restate import RestateZeroLock, wait_for_approval
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "restate"))
 import app as example  # noqa: E402
@@ -55,5 +56,15 @@ class TestZeroLock(RestateZeroLock):
 
 
 example.zl = TestZeroLock(agent_id="payouts")
-app = example.app
+
+# A wait on an approval requested elsewhere (the test decides it before waiting).
+waits = restate.Service("approval_waits")
+
+
+@waits.handler()
+async def wait(ctx: restate.Context, approval_id: str) -> dict:
+    return await wait_for_approval(ctx, approval_id)
+
+
+app = restate.app([example.payouts, example.approvals, waits])
 bridge = example.bridge

@@ -7,6 +7,7 @@ worker) through the bridge."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -16,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -31,7 +33,7 @@ require("restate", "restate")
 require("hypercorn", "restate")
 
 from access.services import api_key_create  # noqa: E402
-from approvals.models import WebhookSubscription, new_webhook_secret  # noqa: E402
+from approvals.models import WebhookDelivery, WebhookSubscription, new_webhook_secret  # noqa: E402
 from tests.approvals.test_webhooks import worker  # noqa: E402, F401 (a fixture)
 from tests.conftest import ROOT, _free_port  # noqa: E402
 from tests.sdk.runtime_docs import assert_snippets_are_the_example  # noqa: E402
@@ -117,10 +119,10 @@ class Restate:
         url = f"http://127.0.0.1:{self.handlers_port}/health"
         wait_until(lambda: httpx.get(url).status_code == 200, 30, "the handlers' start", log)
 
-    def send(self, handler: str, body: dict, key: str) -> str:
+    def send(self, handler: str, body: Any, key: str, service: str = "payouts") -> str:
         """Starts an invocation (idempotency key ``key``) and returns its id."""
         response = httpx.post(
-            f"{self.ingress}/payouts/{handler}/send",
+            f"{self.ingress}/{service}/{handler}/send",
             json=body,
             headers={"idempotency-key": key},
             timeout=10,
@@ -336,6 +338,52 @@ async def test_wait_for_approval_resumes_when_the_decided_webhook_reaches_the_br
     assert out["decision"]["decided_by"]
     assert shard.value == {"balance": 1000, "acme": 250} and shard.version == 2
     print(f"the handler resumed {resumed * 1000:.0f} ms after the approval")
+
+
+def delivered(approval_id: str) -> bool:
+    return WebhookDelivery.objects.filter(
+        approval_id=approval_id, event="approval.decided", status="delivered"
+    ).exists()
+
+
+def test_a_wait_that_starts_after_the_decision_reached_restate_resumes_at_once(
+    restate, admin_key, live_server_url, bridge_subscribed
+):
+    worker_key = (restate.dir / "api-key").read_text()
+
+    async def decided_approval() -> str:
+        await make_shard(live_server_url, admin_key, "treasury-s", {"balance": 5})
+        async with ZeroLockClient(live_server_url, agent_id="payouts", api_key=worker_key) as zl:
+            approval = await zl.request_approval("treasury-s", {"balance": 1}, 1, "Pay 4")
+        async with ZeroLockClient(live_server_url, agent_id="officer", api_key=admin_key) as zl:
+            await zl.reject(approval.id, "not this month")
+        return approval.id
+
+    approval_id = asyncio.run(decided_approval())
+    wait_until(lambda: delivered(approval_id), 15, "the webhook delivery")
+    # The decision is already in the ZeroLockApprovals object: two waits, both
+    # resumed by the stored decision, nothing delivered again.
+    first = restate.send("wait", approval_id, "late-1", service="approval_waits")
+    second = restate.send("wait", approval_id, "late-2", service="approval_waits")
+    for invocation in (first, second):
+        out = restate.output(invocation, timeout=20)
+        assert (out["approval_id"], out["status"], out["reason"]) == (
+            approval_id,
+            "rejected",
+            "not this month",
+        )
+
+
+def test_the_bridge_refuses_a_webhook_that_zerolock_did_not_sign(restate):
+    body = b'{"type":"approval.decided","data":{"approval_id":"apr_1"}}'
+    now = str(int(time.time()))
+    forged = httpx.post(
+        restate.bridge_url,
+        content=body,
+        headers={"webhook-id": "msg_1", "webhook-timestamp": now, "webhook-signature": "v1,AAAA"},
+    )
+    unsigned = httpx.post(restate.bridge_url, content=body)
+    assert (forged.status_code, unsigned.status_code) == (401, 401)
 
 
 def test_step_keys_name_the_invocation_and_the_step_and_stay_within_the_servers_limit():
