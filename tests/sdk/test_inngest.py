@@ -53,20 +53,23 @@ SECRET = new_webhook_secret()
 
 
 class DropAnswerOnce(httpx.AsyncBaseTransport):
-    """The real HTTP transport; once armed, the first commit's answer is lost
-    after ZeroLock applied it (the step sees a dropped connection and fails)."""
+    """The real HTTP transport; the first answer to each armed path ending is
+    lost after ZeroLock applied the request (the step sees a dropped connection
+    and fails)."""
 
-    def __init__(self) -> None:
-        self._real = httpx.AsyncHTTPTransport()
-        self.armed = False
+    def __init__(self, *endings: str) -> None:
+        self.armed = set(endings)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self._real.handle_async_request(request)
-        if self.armed and request.url.path.endswith("/commit"):
-            self.armed = False
-            await response.aread()
-            raise httpx.ReadError("connection lost after the commit was applied")
-        return response
+        # A connection per request: the simulator runs each step on a new event loop.
+        async with httpx.AsyncHTTPTransport() as real:
+            response = await real.handle_async_request(request)
+            content = await response.aread()
+        ending = next((e for e in self.armed if request.url.path.endswith(e)), None)
+        if ending is not None:
+            self.armed.discard(ending)
+            raise httpx.ReadError(f"connection lost after {ending} was applied")
+        return httpx.Response(response.status_code, headers=response.headers, content=content)
 
 
 @pytest.fixture
@@ -120,8 +123,7 @@ def test_without_an_inngest_server_a_commit_step_retried_after_its_answer_was_lo
         admin_key,
         lambda zl: zl.create_shard("ledger-j", CreateShardOptions(initial_value={"opening": 9})),
     )
-    transport = DropAnswerOnce()
-    transport.armed = True
+    transport = DropAnswerOnce("/commit")
     example.zl = InngestZeroLock(
         live_server_url, agent_id="payouts", api_key=worker_key, transport=transport
     )
@@ -129,13 +131,49 @@ def test_without_an_inngest_server_a_commit_step_retried_after_its_answer_was_lo
         name="payout/created", data={"shard": "ledger-j", "id": "p2", "amount": 4}
     )
     result = mocked.trigger(example.book_payout, event, client)
-    assert transport.armed is False  # the answer was lost once
+    assert not transport.armed  # the answer was lost once
     assert result.status is mocked.Status.COMPLETED, result.error
     assert result.output == {"version": 2}
     history = zl_call(live_server_url, admin_key, lambda c: c.history("ledger-j"))
     # The SDK's executor ran the step again with the same run and step id: the
     # server replayed the first commit's answer. One commit, none lost.
     assert [(h["version"], h["agent_id"]) for h in history] == [(1, "setup"), (2, "payouts")]
+
+
+def test_without_an_inngest_server_claim_and_approval_steps_retried_after_lost_answers_apply_once(
+    live_server_url, keys
+):
+    worker_key, admin_key = keys
+    tasks = {"t1": {"status": "pending", "holder": None}}
+    zl_call(
+        live_server_url,
+        admin_key,
+        lambda zl: zl.create_shard("queue-i", CreateShardOptions(initial_value=tasks)),
+    )
+    # claim_task is one transaction (POST /api/txn).
+    transport = DropAnswerOnce("/txn", "/approvals/request")
+    zl = InngestZeroLock(
+        live_server_url, agent_id="payouts", api_key=worker_key, transport=transport
+    )
+
+    @client.create_function(fn_id="claim-ask", trigger=inngest.TriggerEvent(event="y"), retries=3)
+    async def claim_and_ask(ctx: inngest.Context) -> dict[str, Any]:
+        claimed = await zl.claim_task(ctx, "claim", "queue-i", "t1")
+        seen = await zl.read_shard(ctx, "read", "queue-i")
+        done = {**seen["value"], "t1": {"status": "done", "holder": "payouts"}}
+        approval = await zl.request_approval(
+            ctx, "ask", "queue-i", done, seen["version"], "Close t1"
+        )
+        return {"claimed": claimed, "approval": approval["id"]}
+
+    result = mocked.trigger(claim_and_ask, inngest.Event(name="y"), client)
+    assert result.status is mocked.Status.COMPLETED, result.error
+    assert not transport.armed  # the claim's and the request's answers were lost
+    assert result.output["claimed"] == {"task_id": "t1", "claimed": True, "holder": "payouts"}
+    approvals = zl_call(live_server_url, admin_key, lambda c: c.list_approvals(shard_id="queue-i"))
+    assert [a.id for a in approvals] == [result.output["approval"]]  # asked once
+    history = zl_call(live_server_url, admin_key, lambda c: c.history("queue-i"))
+    assert [h["version"] for h in history] == [1, 2]  # claimed once
 
 
 def test_without_an_inngest_server_a_stale_commit_fails_the_step_without_retries(
