@@ -383,8 +383,8 @@ class ZeroLockClient:
         ttl_seconds: int = 3600,
         idempotency_key: str | None = None,
     ) -> Approval:
-        """``idempotency_key``: a retry of a request that reached the server gets
-        the same approval back instead of a second one."""
+        """``idempotency_key``: a retried request gets the first approval back
+        instead of asking the humans a second time (the runtime adapters' steps)."""
         body = {
             "shard_id": shard_id,
             "proposed_value": proposed_value,

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -52,13 +51,12 @@ from temporalio.exceptions import ApplicationError
 
 from .approvals import ApprovalClient
 from .client import ZeroLockClient
-from .errors import RateLimitedError, ZeroLockError
+from .errors import ZeroLockError
+from .idempotency import retry_may_succeed, step_idempotency_key
 from .models import Approval
 from .task_claim import claim_task
 
 T = TypeVar("T")
-MAX_KEY = 255  # the server's limit on Idempotency-Key
-RETRYABLE_CODES = frozenset({"IDEMPOTENCY_IN_PROGRESS"})
 
 
 @dataclass(frozen=True)
@@ -114,10 +112,7 @@ def activity_idempotency_key(info: activity.Info | None = None) -> str:
         info.activity_id,
         getattr(info, "activity_run_id", None) or "",
     )
-    key = "temporal:" + ":".join(parts)
-    if len(key) <= MAX_KEY:
-        return key
-    return "temporal:sha256:" + hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+    return step_idempotency_key("temporal", *parts)
 
 
 class ZeroLockActivities:
@@ -274,7 +269,7 @@ async def request_and_wait_for_approval(
 
 def _as_temporal(error: ZeroLockError) -> Exception:
     """Refusals that a retry cannot change stop the retries; the rest go on."""
-    if isinstance(error, RateLimitedError) or error.status >= 500 or error.code in RETRYABLE_CODES:
+    if retry_may_succeed(error):
         return error
     return ApplicationError(
         f"{error.code}: {error.message}",
