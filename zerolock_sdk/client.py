@@ -381,7 +381,11 @@ class ZeroLockClient:
         description: str,
         *,
         ttl_seconds: int = 3600,
+        idempotency_key: str | None = None,
     ) -> Approval:
+        """``idempotency_key``: a repeat of this request (same key and body) gets
+        the first answer, the same approval, instead of a second request (a
+        LangGraph node re-run on resume asks once: ``langgraph.approval_interrupt``)."""
         body = {
             "shard_id": shard_id,
             "proposed_value": proposed_value,
@@ -390,7 +394,9 @@ class ZeroLockClient:
             "ttl_seconds": ttl_seconds,
         }
         return Approval.from_json(
-            await self.request("POST", "/api/approvals/request", json_body=body)
+            await self.request(
+                "POST", "/api/approvals/request", json_body=body, idempotency_key=idempotency_key
+            )
         )
 
     async def list_approvals(

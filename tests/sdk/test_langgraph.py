@@ -1,21 +1,39 @@
-"""The LangGraph adapter: a graph checkpointed in shards resumes where it was."""
+"""The LangGraph adapter against a live server: a graph checkpointed in shards
+resumes where it was, stores what each step made (not the thread again), and
+pauses on a ZeroLock approval that the decision resumes."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import operator
-from typing import Annotated, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import pytest
+from django.db.models import Sum
+from django.db.models.functions import Length
 from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command
 
 from access.services import api_key_create
+from approvals.models import Approval as ApprovalRow
 from audit.models import AuditEntry
+from shards.models import Shard
 from zerolock_sdk import CreateShardOptions, ZeroLockClient
-from zerolock_sdk.langgraph import ZeroLockSaver, create_zerolock_tools, thread_shard_id
+from zerolock_sdk.approvals import ApprovalClient
+from zerolock_sdk.langgraph import (
+    ZeroLockSaver,
+    approval_interrupt,
+    create_zerolock_tools,
+    namespace_prefix,
+    pending_approvals,
+    resume_when_decided,
+    thread_prefix,
+)
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
+
+SAVER = ["shard:read", "shard:write", "shard:create"]
 
 
 class State(TypedDict):
@@ -32,8 +50,34 @@ def graph(saver: ZeroLockSaver):
     return builder.compile(checkpointer=saver)
 
 
+class Counter(TypedDict, total=False):
+    n: int
+    note: str
+
+
+def counter_graph(saver: ZeroLockSaver):
+    """One step per invoke (``{"note": ...}`` as the input): the state stays the
+    same size however long the thread."""
+    builder = StateGraph(Counter)
+    builder.add_node("step", lambda state: {"n": state.get("n", 0) + 1, "note": "x" * 200})
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    return builder.compile(checkpointer=saver)
+
+
+def audit_bytes(prefix: str, after: int = 0) -> tuple[int, int]:
+    """(entries, bytes of their stored values) the audit holds for these shards."""
+    rows = AuditEntry.objects.filter(shard_id__startswith=prefix, id__gt=after)
+    total = rows.annotate(size=Length("value")).aggregate(Sum("size"))["size__sum"] or 0
+    return rows.count(), total
+
+
+def last_audit_id() -> int:
+    return AuditEntry.objects.order_by("-id").values_list("id", flat=True).first() or 0
+
+
 def test_a_graph_checkpointed_in_shards_accumulates_across_runs_and_workers(live_server_url):
-    _, key = api_key_create(name="graph", permissions=["shard:read", "shard:write", "shard:create"])
+    _, key = api_key_create(name="graph", permissions=SAVER)
     config = {"configurable": {"thread_id": "thread/42"}}
     first = graph(ZeroLockSaver(live_server_url, api_key=key, agent_id="worker-1"))
     assert first.invoke({"steps": ["start"]}, config)["steps"] == ["start", "plan", "act"]
@@ -42,15 +86,254 @@ def test_a_graph_checkpointed_in_shards_accumulates_across_runs_and_workers(live
     result = asyncio.run(second.ainvoke({"steps": ["again"]}, config))
     assert result["steps"] == ["start", "plan", "act", "again", "plan", "act"]
     history = list(second.get_state_history(config))
-    assert len(history) >= 8
+    assert len(history) == 8
     assert history[0].values["steps"][-1] == "act"
-    shard_id = thread_shard_id("thread/42", "")
-    writers = set(AuditEntry.objects.filter(shard_id=shard_id).values_list("agent_id", flat=True))
+    assert [h.values["steps"] for h in history[-2:]] == [["start"], []]
+    # An older checkpoint is read by its id, with its writes.
+    older = second.get_state(history[3].config)
+    assert older.values == history[3].values and older.next == history[3].next
+    assert len(list(second.get_state_history(config, limit=3))) == 3
+    prefix = thread_prefix("thread/42")
+    writers = set(
+        AuditEntry.objects.filter(shard_id__startswith=prefix).values_list("agent_id", flat=True)
+    )
     assert writers == {"worker-1", "worker-2"}
 
 
+def test_a_step_stores_what_it_made_not_the_thread_again(live_server_url):
+    """The audit keeps every version's whole value: with a shard per checkpoint, the
+    bytes a step adds are the same at step 40 as at step 5 (the 0.x layout's grew
+    with the thread)."""
+    _, key = api_key_create(name="flat", permissions=SAVER)
+    saver = ZeroLockSaver(live_server_url, api_key=key, agent_id="stepper")
+    app = counter_graph(saver)
+    config = {"configurable": {"thread_id": "long"}}
+    per_step: list[tuple[int, int, int]] = []
+    for _ in range(40):
+        before, sent = last_audit_id(), saver.requests_sent
+        app.invoke({"note": "go"}, config)
+        entries, size = audit_bytes(thread_prefix("long"), before)
+        per_step.append((entries, size, saver.requests_sent - sent))
+    assert app.get_state(config).values["n"] == 40
+    early, late = per_step[2:7], per_step[-5:]
+    assert len({e for e, _, _ in early + late}) == 1  # as many entries per step
+    assert max(s for _, s, _ in late) <= 1.05 * max(s for _, s, _ in early)
+    # One listing read, then one create per checkpoint and per writes: no
+    # request that is made to fail (the 0.x saver sent a create that got 409
+    # before every write).
+    assert {r for _, _, r in early + late} == {late[0][0] + 1}
+
+
+def test_deleting_a_thread_deletes_its_shards_and_leaves_other_threads(live_server_url):
+    _, key = api_key_create(name="deleter", permissions=[*SAVER, "admin"])
+    saver = ZeroLockSaver(live_server_url, api_key=key, agent_id="deleter")
+    app = counter_graph(saver)
+    for thread in ("gone", "kept"):
+        for step in range(3):
+            app.invoke({"note": "go"}, {"configurable": {"thread_id": thread}})
+    gone, kept = thread_prefix("gone"), thread_prefix("kept")
+    # Per invoke: three checkpoints (input, after the input, after the step), two
+    # with writes.
+    assert Shard.objects.filter(id__startswith=gone).count() == 15
+    saver.delete_thread("gone")
+    assert not Shard.objects.filter(id__startswith=gone).exists()
+    assert Shard.objects.filter(id__startswith=kept).count() == 15
+    assert app.get_state({"configurable": {"thread_id": "gone"}}).values == {}
+    assert app.get_state({"configurable": {"thread_id": "kept"}}).values["n"] == 3
+
+
+def test_concurrent_writers_of_one_checkpoint_lose_no_write(live_server_url):
+    """Eight savers (eight workers) put 25 tasks' writes each on one checkpoint at
+    once: every write is there, once."""
+    _, key = api_key_create(name="racers", permissions=SAVER)
+    first = ZeroLockSaver(live_server_url, api_key=key, agent_id="w0")
+    app = counter_graph(first)
+    config = {"configurable": {"thread_id": "raced"}}
+    app.invoke({"note": "go"}, config)
+    target = first.get_tuple(config).config
+
+    async def writer(number: int) -> None:
+        saver = ZeroLockSaver(live_server_url, api_key=key, agent_id=f"w{number}")
+        await asyncio.gather(
+            *(
+                saver.aput_writes(target, [("n", number * 100 + task)], f"task-{number}-{task}")
+                for task in range(25)
+            )
+        )
+
+    async def race() -> None:
+        await asyncio.gather(*(writer(number) for number in range(8)))
+
+    asyncio.run(race())
+    pending = first.get_tuple(target).pending_writes
+    got = sorted(value for _, channel, value in pending if channel == "n")
+    wanted = sorted(n * 100 + t for n in range(8) for t in range(25))
+    lost, duplicated = set(wanted) - set(got), len(got) - len(set(got))
+    assert (lost, duplicated) == (set(), 0)
+    assert len(got) == 200
+
+
+# --- the approval bridge -------------------------------------------------------------
+
+
+class Limits(TypedDict, total=False):
+    wanted: int
+    outcome: str
+    version: int | None
+    reason: str
+
+
+def approval_graph(saver: ZeroLockSaver, zl: ZeroLockClient, runs: list[str]):
+    async def raise_limit(state: Limits) -> dict[str, Any]:
+        runs.append("raise_limit")
+        approval = await approval_interrupt(
+            zl, "prod:limits", {"max": state["wanted"]}, 1, "raise the limit for the launch"
+        )
+        return {
+            "outcome": approval.status,
+            "version": (approval.commit or {}).get("version"),
+            "reason": approval.reason,
+        }
+
+    builder = StateGraph(Limits)
+    builder.add_node("raise_limit", raise_limit)
+    builder.add_edge(START, "raise_limit")
+    builder.add_edge("raise_limit", END)
+    return builder.compile(checkpointer=saver)
+
+
+def approval_keys() -> tuple[str, str]:
+    _, agent = api_key_create(name="ops", permissions=[*SAVER, "approval:request"])
+    _, officer = api_key_create(name="officer", permissions=["approval:decide", "shard:read"])
+    return agent, officer
+
+
+async def decide_soon(url: str, officer_key: str, approval_id: str, approve: bool) -> None:
+    await asyncio.sleep(0.3)  # the resumer is waiting by then
+    async with ZeroLockClient(url, agent_id="risk-officer", api_key=officer_key) as officer:
+        if approve:
+            await officer.approve(approval_id, "ok for the launch")
+        else:
+            await officer.reject(approval_id, "not this week")
+
+
+def test_an_approved_interrupt_resumes_the_graph_and_the_change_is_committed_once(
+    live_server_url,
+):
+    agent_key, officer_key = approval_keys()
+    saver = ZeroLockSaver(live_server_url, api_key=agent_key, agent_id="ops-1")
+    config = {"configurable": {"thread_id": "launch"}}
+    runs: list[str] = []
+
+    async def scenario() -> dict[str, Any]:
+        async with (
+            ZeroLockClient(live_server_url, agent_id="ops-1", api_key=agent_key) as zl,
+            ApprovalClient(live_server_url, agent_id="ops-1", api_key=agent_key) as waiter,
+        ):
+            await zl.create_shard(
+                "prod:limits", CreateShardOptions(initial_value={"max": 3}, reversible=False)
+            )
+            app = approval_graph(saver, zl, runs)
+            paused = await app.ainvoke({"wanted": 9}, config)
+            assert "__interrupt__" in paused
+            waiting = pending_approvals(await app.aget_state(config))
+            (approval_id,) = waiting.values()
+            assert (await zl.get_shard("prod:limits")).version == 1  # nothing yet
+            decision = asyncio.create_task(
+                decide_soon(live_server_url, officer_key, approval_id, approve=True)
+            )
+            done = await resume_when_decided(app, config, waiter, timeout_seconds=20)
+            await decision
+            # Resuming again finds nothing paused; a stray resume runs nothing.
+            assert await resume_when_decided(app, config, waiter, timeout_seconds=5) is None
+            await app.ainvoke(Command(resume={"anything": True}), config)
+            return {"done": done, "approval_id": approval_id}
+
+    out = asyncio.run(scenario())
+    assert out["done"]["outcome"] == "approved" and out["done"]["version"] == 2
+    shard = Shard.objects.get(pk="prod:limits")
+    assert (shard.version, shard.value) == (2, {"max": 9})
+    commits = AuditEntry.objects.filter(shard_id="prod:limits", action="shard.commit")
+    assert commits.count() == 1
+    assert ApprovalRow.objects.filter(shard_id="prod:limits").count() == 1
+    assert ApprovalRow.objects.get().status == "committed"
+    assert runs == ["raise_limit", "raise_limit"]  # paused once, run again on resume
+
+
+def test_a_rejected_interrupt_resumes_the_graph_and_nothing_is_committed(live_server_url):
+    agent_key, officer_key = approval_keys()
+    saver = ZeroLockSaver(live_server_url, api_key=agent_key, agent_id="ops-1")
+    config = {"configurable": {"thread_id": "launch-rejected"}}
+
+    async def scenario() -> dict[str, Any]:
+        async with (
+            ZeroLockClient(live_server_url, agent_id="ops-1", api_key=agent_key) as zl,
+            ApprovalClient(live_server_url, agent_id="ops-1", api_key=agent_key) as waiter,
+        ):
+            await zl.create_shard(
+                "prod:limits", CreateShardOptions(initial_value={"max": 3}, reversible=False)
+            )
+            app = approval_graph(saver, zl, [])
+            await app.ainvoke({"wanted": 50}, config)
+            (approval_id,) = pending_approvals(await app.aget_state(config)).values()
+            decision = asyncio.create_task(
+                decide_soon(live_server_url, officer_key, approval_id, approve=False)
+            )
+            done = await resume_when_decided(app, config, waiter, timeout_seconds=20)
+            await decision
+            return done
+
+    done = asyncio.run(scenario())
+    assert done["outcome"] == "rejected" and done["reason"] == "not this week"
+    assert done["version"] is None
+    shard = Shard.objects.get(pk="prod:limits")
+    assert (shard.version, shard.value) == (1, {"max": 3})
+    assert not AuditEntry.objects.filter(shard_id="prod:limits", action="shard.commit").exists()
+
+
+def test_replaying_the_approving_node_asks_once_and_commits_once(live_server_url):
+    """The node run again from the checkpoint before it (time travel, or a worker
+    that replays) finds the same approval, already applied: no second request, no
+    second commit, and no pause."""
+    agent_key, officer_key = approval_keys()
+    saver = ZeroLockSaver(live_server_url, api_key=agent_key, agent_id="ops-1")
+    config = {"configurable": {"thread_id": "launch-replayed"}}
+    runs: list[str] = []
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with (
+            ZeroLockClient(live_server_url, agent_id="ops-1", api_key=agent_key) as zl,
+            ApprovalClient(live_server_url, agent_id="ops-1", api_key=agent_key) as waiter,
+        ):
+            await zl.create_shard(
+                "prod:limits", CreateShardOptions(initial_value={"max": 3}, reversible=False)
+            )
+            app = approval_graph(saver, zl, runs)
+            await app.ainvoke({"wanted": 9}, config)
+            (approval_id,) = pending_approvals(await app.aget_state(config)).values()
+            decision = asyncio.create_task(
+                decide_soon(live_server_url, officer_key, approval_id, approve=True)
+            )
+            done = await resume_when_decided(app, config, waiter, timeout_seconds=20)
+            await decision
+            history = [s async for s in app.aget_state_history(config)]
+            before_node = next(s for s in history if s.next == ("raise_limit",))
+            replayed = await app.ainvoke(None, before_node.config)
+            return done, replayed
+
+    done, replayed = asyncio.run(scenario())
+    assert done["outcome"] == replayed["outcome"] == "approved"
+    assert done["version"] == replayed["version"] == 2
+    assert "__interrupt__" not in replayed
+    assert runs == ["raise_limit"] * 3
+    assert ApprovalRow.objects.filter(shard_id="prod:limits").count() == 1
+    assert AuditEntry.objects.filter(shard_id="prod:limits", action="shard.commit").count() == 1
+    assert Shard.objects.get(pk="prod:limits").version == 2
+    assert AuditEntry.objects.filter(action="approval.requested").count() == 1
+
+
 def test_the_tools_read_commit_and_claim(live_server_url):
-    _, key = api_key_create(name="tools", permissions=["shard:read", "shard:write", "shard:create"])
+    _, key = api_key_create(name="tools", permissions=SAVER)
 
     async def scenario() -> tuple[dict, dict, dict, dict, dict, dict]:
         async with ZeroLockClient(live_server_url, agent_id="llm-agent", api_key=key) as zl:
@@ -93,3 +376,21 @@ def test_the_tools_read_commit_and_claim(live_server_url):
         "task": {"status": "claimed", "holder": "llm-agent"},
     }
     assert none_left == {"task_id": None, "claimed": False, "holder": None}
+
+
+def test_the_tools_are_async_only_and_say_so_when_called_sync(live_server_url):
+    """The guide says the tools are coroutines: ``invoke`` (sync) refuses them."""
+    _, key = api_key_create(name="sync tools", permissions=SAVER)
+
+    async def tools() -> list[Any]:
+        async with ZeroLockClient(live_server_url, agent_id="a", api_key=key) as zl:
+            return create_zerolock_tools(zl)
+
+    read = asyncio.run(tools())[0]
+    with pytest.raises(NotImplementedError):
+        read.invoke({"shard_id": "notes"})
+
+
+def test_the_namespace_prefix_lies_inside_the_thread_prefix():
+    assert namespace_prefix("t", "").startswith(thread_prefix("t"))
+    assert namespace_prefix("t", "sub:1") != namespace_prefix("t", "")
