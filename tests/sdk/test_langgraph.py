@@ -129,7 +129,7 @@ def test_deleting_a_thread_deletes_its_shards_and_leaves_other_threads(live_serv
     saver = ZeroLockSaver(live_server_url, api_key=key, agent_id="deleter")
     app = counter_graph(saver)
     for thread in ("gone", "kept"):
-        for step in range(3):
+        for _ in range(3):
             app.invoke({"note": "go"}, {"configurable": {"thread_id": thread}})
     gone, kept = thread_prefix("gone"), thread_prefix("kept")
     # Per invoke: three checkpoints (input, after the input, after the step), two
