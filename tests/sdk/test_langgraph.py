@@ -7,6 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import operator
+import os
+import re
+import subprocess
+import sys
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -19,6 +23,7 @@ from access.services import api_key_create
 from approvals.models import Approval as ApprovalRow
 from audit.models import AuditEntry
 from shards.models import Shard
+from tests.conftest import ROOT
 from zerolock_sdk import CreateShardOptions, ZeroLockClient
 from zerolock_sdk.approvals import ApprovalClient
 from zerolock_sdk.langgraph import (
@@ -330,6 +335,33 @@ def test_replaying_the_approving_node_asks_once_and_commits_once(live_server_url
     assert AuditEntry.objects.filter(shard_id="prod:limits", action="shard.commit").count() == 1
     assert Shard.objects.get(pk="prod:limits").version == 2
     assert AuditEntry.objects.filter(action="approval.requested").count() == 1
+
+
+def test_the_example_pauses_resumes_on_approval_and_commits_once(live_server_url):
+    agent_key, officer_key = approval_keys()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ZEROLOCK_")}
+    env = {
+        **base,
+        "ZEROLOCK_URL": live_server_url,
+        "ZEROLOCK_API_KEY": agent_key,
+        "ZEROLOCK_APPROVER_KEY": officer_key,
+    }
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "langgraph" / "main.py"), "--auto-approve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert re.search(r'^paused on: \{.*"zerolock_approval": "apr_\w+"\}$', out, re.M)
+    assert "resumed: approved at version 2" in out
+    assert "replayed: approved at version 2" in out
+    assert "commits of the shard: 1, node runs: 3" in out
+    assert '"version": 2, "value": {"max": 9}' in out
+    assert ApprovalRow.objects.get().status == "committed"
 
 
 def test_the_tools_read_commit_and_claim(live_server_url):
