@@ -14,8 +14,8 @@ import sys
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from django.db.models import Sum
-from django.db.models.functions import Length
+from django.db.models import Sum, TextField
+from django.db.models.functions import Cast, Length
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
@@ -73,7 +73,9 @@ def counter_graph(saver: ZeroLockSaver):
 def audit_bytes(prefix: str, after: int = 0) -> tuple[int, int]:
     """(entries, bytes of their stored values) the audit holds for these shards."""
     rows = AuditEntry.objects.filter(shard_id__startswith=prefix, id__gt=after)
-    total = rows.annotate(size=Length("value")).aggregate(Sum("size"))["size__sum"] or 0
+    # As text: PostgreSQL has no length() of jsonb.
+    size = Length(Cast("value", TextField()))
+    total = rows.annotate(size=size).aggregate(Sum("size"))["size__sum"] or 0
     return rows.count(), total
 
 

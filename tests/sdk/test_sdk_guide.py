@@ -33,7 +33,7 @@ PROMISES = {
         "again: True",
         "gave back t2 True",
         "not mine: False",
-        "{'status': 'pending', 'error': 'flaky'}",
+        "[('error', 'flaky'), ('status', 'pending')]",
     ],
     "context-managers": [
         "socket open: True cache hits: 1",
