@@ -83,8 +83,9 @@ def checkpoint_shard_id(thread_id: str, checkpoint_ns: str, checkpoint_id: str) 
 
 
 def legacy_thread_shard_id(thread_id: str, checkpoint_ns: str) -> str:
-    """The 0.x layout's one shard per thread, which this saver no longer reads:
-    delete it (``DELETE /api/shards/{id}``) once its thread is not needed."""
+    """The 0.x layout's one shard per thread, which this saver does not read:
+    ``ZeroLockSaver.migrate_legacy_thread`` copies it into this layout; delete it
+    (``DELETE /api/shards/{id}``) once its thread is not needed."""
     digest = hashlib.sha256(f"{thread_id}\x00{checkpoint_ns}".encode()).hexdigest()[:32]
     return f"{PREFIX}{digest}"
 
@@ -329,6 +330,42 @@ class ZeroLockSaver(BaseCheckpointSaver[str]):
 
         await asyncio.gather(*(delete(shard_id) for shard_id in ids))
 
+    async def amigrate_legacy_thread(
+        self, thread_id: str, checkpoint_ns: str = "", *, delete: bool = False
+    ) -> int:
+        """Copies a thread the 0.x saver wrote (one shard, ``legacy_thread_shard_id``)
+        into this layout, as it was stored (nothing is deserialized), and returns
+        how many checkpoints it copied (0: no such shard). Run again, it copies
+        only what is missing. ``delete``: then deletes the old shard (``admin``)."""
+        legacy = legacy_thread_shard_id(thread_id, checkpoint_ns)
+        try:
+            old = (await self._client().get_shard(legacy)).value
+        except NotFoundError:
+            return 0
+        present = {
+            shard["id"] async for shard in self._shards(namespace_prefix(thread_id, checkpoint_ns))
+        }
+        copied = 0
+        for checkpoint_id, saved in sorted(old.get("checkpoints", {}).items()):
+            shard_id = checkpoint_shard_id(thread_id, checkpoint_ns, checkpoint_id)
+            ids = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+            if shard_id not in present:
+                value = {**ids, "checkpoint_id": checkpoint_id, **saved}
+                await self._client().create_shard(shard_id, CreateShardOptions(initial_value=value))
+                copied += 1
+            writes = old.get("writes", {}).get(checkpoint_id)
+            if writes and shard_id + WRITES_SUFFIX not in present:
+                stored = {
+                    inner: [*write, int(inner.rsplit(":", 1)[1])] for inner, write in writes.items()
+                }
+                value = {**ids, "checkpoint_id": checkpoint_id, "writes": stored}
+                await self._client().create_shard(
+                    shard_id + WRITES_SUFFIX, CreateShardOptions(initial_value=value)
+                )
+        if delete:
+            await self._client().delete_shard(legacy)
+        return copied
+
     # --- the sync interface, for graph.invoke -----------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -360,6 +397,11 @@ class ZeroLockSaver(BaseCheckpointSaver[str]):
 
     def delete_thread(self, thread_id: str) -> None:
         self._sync(self.adelete_thread(thread_id))
+
+    def migrate_legacy_thread(
+        self, thread_id: str, checkpoint_ns: str = "", *, delete: bool = False
+    ) -> int:
+        return self._sync(self.amigrate_legacy_thread(thread_id, checkpoint_ns, delete=delete))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         number = 0 if current is None else int(str(current).split(".")[0])

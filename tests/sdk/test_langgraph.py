@@ -5,6 +5,7 @@ pauses on a ZeroLock approval that the decision resumes."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import operator
 import os
@@ -16,6 +17,8 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from django.db.models import Sum, TextField
 from django.db.models.functions import Cast, Length
+from langgraph.checkpoint.base import WRITES_IDX_MAP
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
@@ -30,6 +33,7 @@ from zerolock_sdk.langgraph import (
     ZeroLockSaver,
     approval_interrupt,
     create_zerolock_tools,
+    legacy_thread_shard_id,
     namespace_prefix,
     pending_approvals,
     resume_when_decided,
@@ -147,6 +151,66 @@ def test_deleting_a_thread_deletes_its_shards_and_leaves_other_threads(live_serv
     assert Shard.objects.filter(id__startswith=kept).count() == 15
     assert app.get_state({"configurable": {"thread_id": "gone"}}).values == {}
     assert app.get_state({"configurable": {"thread_id": "kept"}}).values["n"] == 3
+
+
+def legacy_value(saver: ZeroLockSaver, thread_id: str, tuples: list[Any]) -> dict[str, Any]:
+    """A thread as the 0.x saver stored it (its docstring's layout), from the
+    checkpoints of another saver."""
+    checkpoints, writes = {}, {}
+    for t in tuples:
+        cid = t.config["configurable"]["checkpoint_id"]
+        parent = t.parent_config["configurable"]["checkpoint_id"] if t.parent_config else None
+        checkpoints[cid] = {
+            "checkpoint": list_pack(saver, t.checkpoint),
+            "metadata": list_pack(saver, t.metadata),
+            "parent": parent,
+        }
+        per_task: dict[str, int] = {}
+        for task_id, channel, value in t.pending_writes or []:
+            index = per_task[task_id] = per_task.get(task_id, -1) + 1
+            idx = WRITES_IDX_MAP.get(channel, index)
+            packed = list_pack(saver, value)
+            writes.setdefault(cid, {})[f"{task_id}:{idx}"] = [task_id, channel, *packed, ""]
+    return {
+        "thread_id": thread_id,
+        "checkpoint_ns": "",
+        "checkpoints": checkpoints,
+        "writes": writes,
+    }
+
+
+def list_pack(saver: ZeroLockSaver, value: Any) -> list[str]:
+    kind, data = saver.serde.dumps_typed(value)
+    return [kind, base64.b64encode(data).decode()]
+
+
+def test_a_thread_of_the_old_layout_is_migrated_and_continues(live_server_url):
+    _, key = api_key_create(name="migrator", permissions=[*SAVER, "admin"])
+    saver = ZeroLockSaver(live_server_url, api_key=key, agent_id="migrator")
+    memory = InMemorySaver()
+    config = {"configurable": {"thread_id": "old-thread"}}
+    before = counter_graph(memory)
+    for _ in range(3):
+        before.invoke({"note": "go"}, config)
+    tuples = list(memory.list(config))
+    legacy = legacy_thread_shard_id("old-thread", "")
+
+    async def seed() -> None:
+        async with ZeroLockClient(live_server_url, agent_id="old", api_key=key) as zl:
+            value = legacy_value(saver, "old-thread", tuples)
+            await zl.create_shard(legacy, CreateShardOptions(initial_value=value))
+
+    asyncio.run(seed())
+    app = counter_graph(saver)
+    assert app.get_state(config).values == {}  # not read as it was
+    assert saver.migrate_legacy_thread("old-thread") == len(tuples) == 9
+    assert saver.migrate_legacy_thread("old-thread", delete=True) == 0  # nothing missing
+    assert not Shard.objects.filter(pk=legacy).exists()
+    history = list(app.get_state_history(config))
+    assert [h.values for h in history] == [h.values for h in before.get_state_history(config)]
+    assert [h.next for h in history] == [h.next for h in before.get_state_history(config)]
+    app.invoke({"note": "go"}, config)
+    assert app.get_state(config).values["n"] == 4
 
 
 def test_concurrent_writers_of_one_checkpoint_lose_no_write(live_server_url):
