@@ -186,13 +186,25 @@ def main() -> None:
         # The steps' requests (the probes' reads left out).
         requests = sum(client.requests_sent for client in saver._clients.values())
         requests -= 20 * len(marks)
+        # Thread length alone: steps of this long thread and of a new one, taken
+        # in turns, so whatever else loads the machine loads both alike.
+        fresh = {"configurable": {"thread_id": "bench-fresh"}}
+        turns: dict[str, list[float]] = {"long": [], "fresh": []}
+        for _ in range(args.window):
+            for name, which in (("long", config), ("fresh", fresh)):
+                started = time.perf_counter()
+                app.invoke({"note": "go"}, which)
+                turns[name].append(time.perf_counter() - started)
+        saver.delete_thread("bench-fresh")
         started = time.perf_counter()
         saver.delete_thread("bench-thread")
         delete_seconds = time.perf_counter() - started
         left_rows, left_bytes = sizes.shards()
-        audit_rows, audit_bytes = sizes.audit()
+        # What the audit keeps after the deletes (the turns' steps included).
+        audit_kept = sizes.audit()
         free_after_delete = sizes.free_pages_bytes()
 
+    audit_rows, audit_bytes = marks[max(marks)]["audit_rows"], marks[max(marks)]["audit_bytes"]
     window = args.window
     first, last = times[:window], times[-window:]
     result = {
@@ -207,10 +219,13 @@ def main() -> None:
         "server_cpu_ms_last": marks[max(marks)]["server_cpu_ms_per_step"],
         "latest_read_ms_first": marks[min(marks)]["latest_read_ms_p50"],
         "latest_read_ms_last": marks[max(marks)]["latest_read_ms_p50"],
+        "in_turns_p50_ms_long_thread": round(statistics.median(turns["long"]) * 1000, 1),
+        "in_turns_p50_ms_new_thread": round(statistics.median(turns["fresh"]) * 1000, 1),
         "marks": marks,
         "shard_rows": shard_rows,
         "shard_bytes": shard_bytes,
         "audit_rows": audit_rows,
+        "audit_rows_bytes_kept_after_deletes": audit_kept,
         "audit_bytes": audit_bytes,
         "audit_bytes_per_step": round(audit_bytes / args.steps),
         "db_growth_bytes": before_delete - base_db,
