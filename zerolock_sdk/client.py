@@ -282,7 +282,19 @@ class ZeroLockClient:
         minimal: bool = False,
     ) -> CommitResult:
         """Commits ``new_value`` on ``expected_version``. ``minimal``: the server
-        does not send the value back (``result.value`` is then None)."""
+        does not send the value back (``result.value`` is then None).
+
+        The version comes first here and second in ``commit_shard`` (the seed's
+        order); keywords (``expected_version=``, ``new_value=``) read the same in
+        both. A version that is not an integer is refused before anything is
+        sent, saying so: it is nearly always the two swapped."""
+        if not isinstance(expected_version, int) or isinstance(expected_version, bool):
+            raise TypeError(
+                f"expected_version must be an int, not {type(expected_version).__name__}: "
+                "commit(shard_id, expected_version, new_value) takes the version first, "
+                "commit_shard(shard_id, new_value, expected_version) second; "
+                "pass both by keyword to be sure"
+            )
         body: dict[str, Any] = {"expected_version": expected_version, "new_value": new_value}
         if read_set:
             body["read_set"] = read_set
@@ -383,8 +395,9 @@ class ZeroLockClient:
         ttl_seconds: int = 3600,
         idempotency_key: str | None = None,
     ) -> Approval:
-        """``idempotency_key``: a retried request gets the first approval back
-        instead of asking the humans a second time (the runtime adapters' steps)."""
+        """``idempotency_key``: a repeat of this request (same key and body) gets
+        the first answer, the same approval, instead of asking the humans a second
+        time: a runtime's retried step, or a LangGraph node re-run on resume."""
         body = {
             "shard_id": shard_id,
             "proposed_value": proposed_value,

@@ -142,7 +142,10 @@ async def _finish(
     status: str,
     extra: dict[str, Any],
     agent_id: str | None = None,
+    drop: tuple[str, ...] = (),
 ) -> bool:
+    """One transaction: if the agent holds the task, sets its status and ``extra``
+    fields and removes the ``drop`` fields; else writes nothing (False)."""
     result = await client.txn(
         compare=[
             {
@@ -158,6 +161,7 @@ async def _finish(
                 {"op": "put", "shard_id": shard_id, "path": [task_id, k], "value": v}
                 for k, v in extra.items()
             ),
+            *({"op": "delete", "shard_id": shard_id, "path": [task_id, k]} for k in drop),
         ],
         minimal=True,  # only whether it held is read
     )
@@ -181,15 +185,15 @@ async def complete_task(
 async def fail_task(
     client: ZeroLockClient, shard_id: str, task_id: str, error: str = "", retry: bool = True
 ) -> bool:
-    """Gives a task back (pending again) or marks it failed."""
+    """Gives a task the client's agent holds back (``retry``: pending again, its
+    holder removed) or marks it failed; ``error`` is recorded. One transaction,
+    so no claimant sees the task pending with its old holder (the holder used to
+    be removed by a second request, which could remove the next claimant's)."""
     status = "pending" if retry else "failed"
-    ok = await _finish(client, shard_id, task_id, status, {"error": error} if error else {})
-    if ok and retry:
-        await client.txn(
-            success=[{"op": "delete", "shard_id": shard_id, "path": [task_id, "holder"]}],
-            minimal=True,
-        )
-    return ok
+    extra = {"error": error} if error else {}
+    return await _finish(
+        client, shard_id, task_id, status, extra, drop=("holder",) if retry else ()
+    )
 
 
 def claim_tool_answer(task_id: str | None, result: ClaimResult | None) -> str:
