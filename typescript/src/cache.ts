@@ -242,7 +242,7 @@ export class CachedZeroLockClient extends ZeroLockClient {
     if (frame["type"] === "invalidate") {
       const entry = this.entries.get(shardId);
       const version = frame["version"];
-      if (entry && (typeof version !== "number" || (entry.shard.version ?? 0) < version)) {
+      if (entry && (typeof version !== "number" || entry.shard.version < version)) {
         entry.fresh = false; // a newer version, or the shard was deleted
       }
     } else if (frame["type"] === "conflict_notify") {

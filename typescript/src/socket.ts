@@ -6,13 +6,17 @@
  * handshake headers; the server takes either).
  */
 
-/** What this SDK needs of a WebSocket: the WHATWG interface's common part. */
+/**
+ * What this SDK needs of a WebSocket: the WHATWG interface's common part. The
+ * handlers take `never` because the SDK only assigns them: so the browser's
+ * WebSocket and the `ws` package's, whose event types differ, both fit.
+ */
 export interface WebSocketLike {
   readonly readyState: number;
-  onopen: ((event: unknown) => void) | null;
-  onmessage: ((event: { data: unknown }) => void) | null;
-  onclose: ((event: { code: number; reason?: string }) => void) | null;
-  onerror: ((event: unknown) => void) | null;
+  onopen: ((event: never) => void) | null;
+  onmessage: ((event: never) => void) | null;
+  onclose: ((event: never) => void) | null;
+  onerror: ((event: never) => void) | null;
   send(data: string): void;
   close(code?: number, reason?: string): void;
 }
@@ -86,7 +90,7 @@ export class AgentSocket {
           reject(new Error(`could not open ${redact(this.options.url)}`));
         }
       };
-      socket.onmessage = (event) => this.received(event.data);
+      socket.onmessage = (event: { data: unknown }) => this.received(event.data);
       socket.onclose = () => {
         clearTimeout(timer);
         if (!opened) {

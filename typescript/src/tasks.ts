@@ -129,7 +129,7 @@ async function claimByRereading(
     }
     const next = { ...value, [taskId]: { ...task, status: "claimed", holder: agent } };
     try {
-      await client.commitShard(shardId, next, shard.version ?? 0, { minimal: true });
+      await client.commitShard(shardId, next, shard.version, { minimal: true });
     } catch (error) {
       if (error instanceof StaleCommitError) continue;
       throw error;

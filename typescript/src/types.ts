@@ -12,13 +12,20 @@ type Schemas = components["schemas"];
 /** Any JSON value. */
 export type JsonValue = Schemas["JsonValue"] | null;
 
-export type Shard = Schemas["Shard"];
+/**
+ * The document marks a response's model fields that have defaults as optional
+ * (drf-spectacular's reading of the serializers), though the server always sends
+ * them; the few the SDK and its callers rely on are made required here.
+ */
+type Sent<T, K extends keyof T> = T & Required<Pick<T, K>>;
+
+export type Shard = Sent<Schemas["Shard"], "version" | "value" | "reversible" | "owner_policy">;
 export type ShardType = Schemas["TypeEnum"];
 export type CrdtType = Schemas["CrdtTypeEnum"];
 export type OwnerPolicy = Schemas["OwnerPolicyEnum"];
 export type CommitResult = Schemas["CommitResult"];
 export type ClaimedTask = Schemas["ClaimResult"];
-export type Approval = Schemas["Approval"];
+export type Approval = Sent<Schemas["Approval"], "id" | "status">;
 export type ApprovalStatus = Schemas["StatusEnum"];
 export type Reservation = Schemas["Reservation"];
 export type HistoryEntry = Schemas["HistoryEntry"];

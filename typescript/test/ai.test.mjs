@@ -21,16 +21,20 @@ const usage = {
   outputTokens: { total: 5, text: 5, reasoning: undefined },
 };
 
-/** One model turn that calls a tool. */
+/**
+ * One model turn that calls a tool.
+ * @returns {import("@ai-sdk/provider").LanguageModelV4GenerateResult}
+ */
 const callTool = (/** @type {string} */ toolName, /** @type {object} */ input, /** @type {string} */ id) => ({
-  content: [{ type: "tool-call", toolCallId: id, toolName, input: JSON.stringify(input) }],
-  finishReason: { unified: "tool-calls", raw: "tool_calls" },
+  content: [{ type: /** @type {const} */ ("tool-call"), toolCallId: id, toolName, input: JSON.stringify(input) }],
+  finishReason: { unified: /** @type {const} */ ("tool-calls"), raw: "tool_calls" },
   usage,
   warnings: [],
 });
+/** @returns {import("@ai-sdk/provider").LanguageModelV4GenerateResult} */
 const say = (/** @type {string} */ text) => ({
-  content: [{ type: "text", text }],
-  finishReason: { unified: "stop", raw: "stop" },
+  content: [{ type: /** @type {const} */ ("text"), text }],
+  finishReason: { unified: /** @type {const} */ ("stop"), raw: "stop" },
   usage,
   warnings: [],
 });

@@ -52,7 +52,7 @@ test("a second read of an unchanged shard is served from memory, with no request
 test("another agent's commit is pushed as an invalidate, and the next read fetches the new value", async () => {
   const reader = cached("reader-2");
   const first = await reader.getShard("plan");
-  await writer.commitShard("plan", { step: 2 }, first.version ?? 0);
+  await writer.commitShard("plan", { step: 2 }, first.version);
   await eventually(() => !reader.isFresh("plan"), "the invalidate reached the cache");
   const sent = reader.requestsSent;
   const fresh = await reader.getShard("plan");
@@ -63,7 +63,7 @@ test("another agent's commit is pushed as an invalidate, and the next read fetch
 test("the client's own commit refreshes its entry without a round trip", async () => {
   const reader = cached("reader-3");
   const shard = await reader.getShard("plan");
-  await reader.commitShard("plan", { step: 3 }, shard.version ?? 0);
+  await reader.commitShard("plan", { step: 3 }, shard.version);
   const sent = reader.requestsSent;
   assert.deepEqual((await reader.getShard("plan")).value, { step: 3 });
   assert.equal(reader.requestsSent, sent);
@@ -77,14 +77,14 @@ test("setOnConflict gets the shard, the winning version and value, the rejected 
     calls.push([shardId, version, winning, rejected, diff]);
   });
   const seen = await loser.getShard("plan");
-  await writer.commitShard("plan", { step: 4 }, seen.version ?? 0);
+  await writer.commitShard("plan", { step: 4 }, seen.version);
   // The loser has not heard yet: within its cache the old version still looks current.
-  const error = await loser.commitShard("plan", { step: 99 }, seen.version ?? 0).catch((e) => e);
+  const error = await loser.commitShard("plan", { step: 99 }, seen.version).catch((e) => e);
   assert.ok(error instanceof StaleCommitError);
   await eventually(() => calls.length === 1, "conflict_notify reached onConflict");
   const [shardId, version, winning, rejected, diff] = calls[0] ?? [];
   assert.equal(shardId, "plan");
-  assert.equal(version, (seen.version ?? 0) + 1);
+  assert.equal(version, (seen.version) + 1);
   assert.deepEqual(winning, { step: 4 });
   assert.deepEqual(rejected, { step: 99 });
   assert.deepEqual(diff, [{ op: "replace", path: "/step", value: 99 }]);
@@ -99,8 +99,8 @@ test("a callback that resolves the conflict can commit the merge on the winning 
     merged = agent.commitShard(shardId, { .../** @type {object} */ (winning), ...(/** @type {object} */ (rejected)) }, /** @type {number} */ (version));
   });
   const seen = await agent.getShard("plan");
-  await writer.commitShard("plan", { step: 5 }, seen.version ?? 0);
-  await assert.rejects(agent.commitShard("plan", { step: 5, note: "mine" }, seen.version ?? 0), StaleCommitError);
+  await writer.commitShard("plan", { step: 5 }, seen.version);
+  await assert.rejects(agent.commitShard("plan", { step: 5, note: "mine" }, seen.version), StaleCommitError);
   await eventually(() => merged !== undefined, "onConflict ran");
   await merged;
   assert.deepEqual((await writer.getShard("plan")).value, { step: 5, note: "mine" });
@@ -131,7 +131,7 @@ test("connectWs() opens the socket explicitly, and the cache then follows pushes
   assert.equal(manual.socketOpen, true);
   const seen = await manual.getShard("plan");
   assert.equal(manual.isFresh("plan"), true);
-  await writer.commitShard("plan", { step: 6 }, seen.version ?? 0);
+  await writer.commitShard("plan", { step: 6 }, seen.version);
   await eventually(() => !manual.isFresh("plan"), "the invalidate reached the cache");
 });
 

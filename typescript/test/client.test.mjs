@@ -204,8 +204,8 @@ describe("transactions and leases", () => {
     const older = await zl.grantLease(30);
     const newer = await zl.grantLease(30);
     const shard = await zl.getShard("budget");
-    await zl.commitShard("budget", 30, shard.version ?? 0, { fence: newer.fence });
-    const error = await zl.commitShard("budget", 40, (shard.version ?? 0) + 1, { fence: older.fence }).catch((e) => e);
+    await zl.commitShard("budget", 30, shard.version, { fence: newer.fence });
+    const error = await zl.commitShard("budget", 40, (shard.version) + 1, { fence: older.fence }).catch((e) => e);
     assert.ok(error instanceof FencedError, String(error));
     assert.equal(error.currentFence, newer.fence);
   });

@@ -35,6 +35,7 @@ function freePort() {
  */
 export async function startServer(keySpecs, extraEnv = {}) {
   const dataDir = mkdtempSync(join(tmpdir(), "zerolock-ts-"));
+  /** @type {Record<string, string | undefined>} */
   const env = {
     ...process.env,
     ZEROLOCK_DATA_DIR: dataDir,
