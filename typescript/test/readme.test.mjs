@@ -40,6 +40,28 @@ test("the README has examples to run", () => {
   assert.ok(blocks.length >= 8, `found ${blocks.length} ts blocks`);
 });
 
+test("the README's examples type-check against the SDK's declarations", () => {
+  const files = blocks.map((source, i) => {
+    const file = join(work, `typed-${i + 1}.mts`);
+    writeFileSync(file, `${source}\nexport {};\n`);
+    return file;
+  });
+  const program = ts.createProgram(files, {
+    module: ts.ModuleKind.NodeNext,
+    moduleResolution: ts.ModuleResolutionKind.NodeNext,
+    target: ts.ScriptTarget.ES2022,
+    strict: true,
+    noEmit: true,
+    skipLibCheck: true,
+    types: ["node"],
+  });
+  const problems = ts.getPreEmitDiagnostics(program).map((d) => {
+    const where = d.file ? `${d.file.fileName.split("/").at(-1)}:${d.file.getLineAndCharacterOfPosition(d.start ?? 0).line + 1}` : "";
+    return `${where} ${ts.flattenDiagnosticMessageText(d.messageText, "\n")}`;
+  });
+  assert.deepEqual(problems, []);
+});
+
 blocks.forEach((source, i) => {
   const firstLine = source.split("\n").find((l) => l.trim() && !l.startsWith("import")) ?? "";
   test(`README example ${i + 1} runs as printed: ${firstLine.trim().slice(0, 60)}`, async () => {
