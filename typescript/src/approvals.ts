@@ -66,3 +66,33 @@ export async function waitForApproval(
     socket?.close();
   }
 }
+
+/**
+ * The reference documents' ApprovalClient, for code written against them:
+ * `approvals.client` is the underlying ZeroLockClient, and every call is the
+ * client's own (zerolock_sdk/approvals.py's ApprovalClient, in camelCase).
+ */
+export class ApprovalClient {
+  constructor(readonly client: ZeroLockClient) {}
+
+  requestApproval(...args: Parameters<ZeroLockClient["requestApproval"]>): Promise<Approval> {
+    return this.client.requestApproval(...args);
+  }
+
+  waitForApproval(approvalId: string, options: WaitForApprovalOptions = {}): Promise<Approval> {
+    return waitForApproval(this.client, approvalId, options);
+  }
+
+  /** The pending approvals (optionally of one shard or requester), newest first. */
+  listPendingApprovals(filters: { shardId?: string; requestedBy?: string } = {}): Promise<Approval[]> {
+    return this.client.listApprovals({ ...filters, status: "pending" });
+  }
+
+  approve(approvalId: string, reason = ""): Promise<Approval> {
+    return this.client.approve(approvalId, reason);
+  }
+
+  reject(approvalId: string, reason: string): Promise<Approval> {
+    return this.client.reject(approvalId, reason);
+  }
+}

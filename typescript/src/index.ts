@@ -20,7 +20,7 @@ export {
 } from "./client.js";
 export { CachedZeroLockClient, type CachedZeroLockClientOptions, type OnConflict } from "./cache.js";
 export { FileLock, LockTimeoutError } from "./locks.js";
-export { ApprovalTimeoutError, type WaitForApprovalOptions } from "./approvals.js";
+export { ApprovalClient, ApprovalTimeoutError, type WaitForApprovalOptions } from "./approvals.js";
 export {
   claimNext,
   claimTask,

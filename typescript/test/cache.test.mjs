@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import WebSocket from "ws";
-import { CachedZeroLockClient, StaleCommitError, ZeroLockClient } from "../dist/index.js";
+import { CachedZeroLockClient, ConflictError, StaleCommitError, ZeroLockClient } from "../dist/index.js";
 import { startServer } from "./helpers/server.mjs";
 
 /** @type {Awaited<ReturnType<typeof startServer>>} */
@@ -142,4 +142,15 @@ test("an additive write of the client's own marks its entry stale (the server pu
   await agent.append("log", ["x"]);
   assert.equal(agent.isFresh("log"), false);
   assert.deepEqual((await agent.getShard("log")).value, ["x"]);
+});
+
+test("a session lease needs the agent's socket open: refused NO_SESSION without it, granted with it", async () => {
+  const agent = cached("session-holder", { autoConnectWs: false });
+  const refused = await agent.grantLease(5, { session: true }).catch((e) => e);
+  assert.ok(refused instanceof ConflictError, String(refused));
+  assert.equal(refused.code, "NO_SESSION");
+  await agent.connectWs();
+  const lease = await agent.grantLease(5, { session: true });
+  assert.equal(lease.session, true);
+  assert.equal(lease.holder, "session-holder");
 });

@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import WebSocket from "ws";
 import {
+  ApprovalClient,
   ApprovalInvalidError,
   AuthenticationError,
   ConflictError,
@@ -339,6 +340,20 @@ describe("approvals", () => {
     const error = await zl.commitShard("db_choice", "postgres", 5, { approvalId: approval?.id }).catch((e) => e);
     assert.ok(error instanceof ApprovalInvalidError, String(error));
     assert.equal(error.reason, "WRONG_SHARD");
+  });
+
+  test("ApprovalClient (the reference documents' shape) lists pending requests and decides them", async () => {
+    const executor = new ApprovalClient(new ZeroLockClient(server.url, options(server.keys.admin, "executor")));
+    const officer = new ApprovalClient(new ZeroLockClient(server.url, options(server.keys.officer, "officer")));
+    await zl.createShard("payments", { initialValue: [], reversible: false });
+    const approval = await executor.requestApproval("payments", [{ amount: 5 }], 1, "pay 5");
+    const pending = await officer.listPendingApprovals({ shardId: "payments" });
+    assert.deepEqual(pending.map((a) => a.id), [approval.id]);
+    await officer.reject(approval.id, "no");
+    assert.equal((await executor.waitForApproval(approval.id, { pollIntervalMs: 50 })).status, "rejected");
+    const second = await executor.requestApproval("payments", [{ amount: 6 }], 1, "pay 6");
+    assert.equal((await officer.approve(second.id, "ok")).status, "committed");
+    assert.deepEqual((await executor.client.getShard("payments")).value, [{ amount: 6 }]);
   });
 
   test("waitForApproval gives up after timeoutMs while still pending", async () => {
