@@ -62,6 +62,7 @@ export class CachedZeroLockClient extends ZeroLockClient {
   private connecting: Promise<void> | undefined;
   private autoConnectFailed = false;
   private onConflict: OnConflict | undefined;
+  private resubscribed: Promise<void> | undefined;
 
   constructor(url?: string, options: CachedZeroLockClientOptions = {}) {
     super(url, options);
@@ -152,6 +153,7 @@ export class CachedZeroLockClient extends ZeroLockClient {
         this.autoConnectFailed = true;
       });
     }
+    await this.resubscribed;
     if (!this.entries.has(shardId) && this.socket?.isOpen) {
       // Subscribed before the read: a change after the read is always heard, and
       // one between the two is ignored by its version (the read has it already).
@@ -230,9 +232,13 @@ export class CachedZeroLockClient extends ZeroLockClient {
     // A new connection holds no subscriptions, and what changed while there was
     // none went unheard: every entry is read again, and subscribed to.
     for (const entry of this.entries.values()) entry.fresh = false;
-    if (this.entries.size) {
-      // `socket` is open now but not yet this.socket on the first connection.
-      queueMicrotask(() => socket.send({ type: "subscribe", shard_ids: [...this.entries.keys()].sort() }));
+    const ids = [...this.entries.keys()].sort();
+    if (ids.length) {
+      // Reads wait for the answer, as a first read waits for its own subscription.
+      // (`socket` is open here, but not yet this.socket on the first connection.)
+      this.resubscribed = socket
+        .ask({ type: "subscribe", shard_ids: ids }, "subscribed", (f) => Array.isArray(f["shard_ids"]) && f["shard_ids"].length === ids.length)
+        .then(() => undefined);
     }
   }
 

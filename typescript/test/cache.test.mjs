@@ -154,3 +154,20 @@ test("a session lease needs the agent's socket open: refused NO_SESSION without 
   assert.equal(lease.session, true);
   assert.equal(lease.holder, "session-holder");
 });
+
+test("after the socket drops and reopens, every entry is read again and its shard resubscribed", async () => {
+  const agent = cached("survivor");
+  const seen = await agent.getShard("plan");
+  assert.equal(agent.isFresh("plan"), true);
+  await server.restart(); // the socket closes with the server
+  const deadline = Date.now() + 20_000;
+  while (!agent.socketOpen || agent.isFresh("plan")) {
+    // Fresh while closed would be wrong too: without a socket and a TTL nothing is served.
+    if (Date.now() > deadline) assert.fail("the socket did not reopen within 20 s");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const reread = await agent.getShard("plan");
+  assert.equal(reread.version, seen.version);
+  await writer.commitShard("plan", { step: 7 }, reread.version);
+  await eventually(() => !agent.isFresh("plan"), "an invalidate arrived on the reopened socket");
+});

@@ -59,42 +59,57 @@ export async function startServer(keySpecs, extraEnv = {}) {
   const port = await freePort();
   const logPath = join(dataDir, "server.log");
   const module = WEB_SERVERS[/** @type {"uvicorn"} */ (env.ZEROLOCK_SERVER || "uvicorn")];
-  const proc = spawn(PYTHON, ["-m", module, "--host", "127.0.0.1", "--port", String(port)], {
-    cwd: REPO,
-    env,
-    stdio: ["ignore", openSync(logPath, "w"), openSync(logPath, "a")],
-  });
-  const killOnExit = () => proc.kill("SIGKILL");
-  process.on("exit", killOnExit);
   const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    try {
-      const response = await fetch(`${url}/api/health`);
-      await response.text();
-      break;
-    } catch {
-      if (proc.exitCode !== null || Date.now() > deadline) {
-        proc.kill("SIGKILL");
-        throw new Error(`live server did not start:\n${readFileSync(logPath, "utf8")}`);
+  /** @type {import("node:child_process").ChildProcess} */
+  let proc;
+  const killOnExit = () => proc?.kill("SIGKILL");
+  process.on("exit", killOnExit);
+
+  async function launch() {
+    proc = spawn(PYTHON, ["-m", module, "--host", "127.0.0.1", "--port", String(port)], {
+      cwd: REPO,
+      env,
+      stdio: ["ignore", openSync(logPath, "a"), openSync(logPath, "a")],
+    });
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      try {
+        const response = await fetch(`${url}/api/health`);
+        await response.text();
+        return;
+      } catch {
+        if (proc.exitCode !== null || Date.now() > deadline) {
+          proc.kill("SIGKILL");
+          throw new Error(`live server did not start:\n${readFileSync(logPath, "utf8")}`);
+        }
+        await new Promise((r) => setTimeout(r, 200));
       }
-      await new Promise((r) => setTimeout(r, 200));
     }
   }
+
+  async function halt() {
+    if (proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = new Promise((r) => proc.once("exit", r));
+    proc.kill("SIGTERM");
+    const timer = setTimeout(() => proc.kill("SIGKILL"), 10_000);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  await launch();
   return {
     url,
     keys,
     env,
     dataDir,
+    /** Stops the server and starts it again on the same port and database. */
+    async restart() {
+      await halt();
+      await launch();
+    },
     async stop() {
       process.off("exit", killOnExit);
-      if (proc.exitCode === null) {
-        const exited = new Promise((r) => proc.once("exit", r));
-        proc.kill("SIGTERM");
-        const timer = setTimeout(() => proc.kill("SIGKILL"), 10_000);
-        await exited;
-        clearTimeout(timer);
-      }
+      await halt();
       rmSync(dataDir, { recursive: true, force: true });
     },
   };
