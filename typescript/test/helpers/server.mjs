@@ -62,8 +62,15 @@ export async function startServer(keySpecs, extraEnv = {}) {
   const url = `http://127.0.0.1:${port}`;
   /** @type {import("node:child_process").ChildProcess} */
   let proc;
+  // The server must not outlive this test process, however that ends.
   const killOnExit = () => proc?.kill("SIGKILL");
+  const killOnSignal = (/** @type {NodeJS.Signals} */ signal) => {
+    killOnExit();
+    process.exit(signal === "SIGINT" ? 130 : 143);
+  };
   process.on("exit", killOnExit);
+  process.once("SIGINT", killOnSignal);
+  process.once("SIGTERM", killOnSignal);
 
   async function launch() {
     proc = spawn(PYTHON, ["-m", module, "--host", "127.0.0.1", "--port", String(port)], {
@@ -109,6 +116,8 @@ export async function startServer(keySpecs, extraEnv = {}) {
     },
     async stop() {
       process.off("exit", killOnExit);
+      process.off("SIGINT", killOnSignal);
+      process.off("SIGTERM", killOnSignal);
       await halt();
       rmSync(dataDir, { recursive: true, force: true });
     },
