@@ -56,6 +56,8 @@ export interface ZeroLockClientOptions {
   maxRateLimitRetries?: number;
   /** The longest wait for one 429 (default 30 000 ms). */
   maxRetryWaitMs?: number;
+  /** Abort a request unanswered after this long (default 30 000 ms): it rejects with a TimeoutError. */
+  timeoutMs?: number;
 }
 
 export interface CreateShardOptions {
@@ -150,6 +152,7 @@ export class ZeroLockClient {
   readonly apiKey: string;
   readonly maxRateLimitRetries: number;
   readonly maxRetryWaitMs: number;
+  readonly timeoutMs: number;
   /** Requests sent over HTTP (a cached read sends none). */
   requestsSent = 0;
   protected readonly fetchImpl: typeof fetch;
@@ -162,6 +165,7 @@ export class ZeroLockClient {
     this.apiKey = options.apiKey ?? envKey() ?? "";
     this.maxRateLimitRetries = options.maxRateLimitRetries ?? 3;
     this.maxRetryWaitMs = options.maxRetryWaitMs ?? 30_000;
+    this.timeoutMs = options.timeoutMs ?? 30_000;
     const f = options.fetch ?? globalThis.fetch;
     // Bound, so a platform fetch is never called with this client as its `this`.
     this.fetchImpl = f.bind(globalThis);
@@ -194,7 +198,10 @@ export class ZeroLockClient {
     }
     for (let rateLimited = 0; ; rateLimited++) {
       this.requestsSent++;
-      const response = await this.fetchImpl(url, { method, headers, body });
+      // One deadline for the answer and its body; a write that timed out may still
+      // have been applied: retry it with the same idempotencyKey to find out.
+      const signal = AbortSignal.timeout(this.timeoutMs);
+      const response = await this.fetchImpl(url, { method, headers, body, signal });
       const text = await response.text();
       let json: unknown = undefined;
       if (text) {

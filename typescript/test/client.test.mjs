@@ -404,6 +404,25 @@ describe("keys", () => {
     }
   });
 
+  test("a request left unanswered rejects with a TimeoutError after timeoutMs", async () => {
+    const { createServer } = await import("node:net");
+    /** @type {import("node:net").Socket[]} */
+    const held = [];
+    const silent = createServer((socket) => held.push(socket)); // accepts, never answers
+    await new Promise((r) => silent.listen(0, "127.0.0.1", () => r(undefined)));
+    const { port } = /** @type {import("node:net").AddressInfo} */ (silent.address());
+    try {
+      const client = new ZeroLockClient(`http://127.0.0.1:${port}`, { ...options(server.keys.admin, "x"), timeoutMs: 200 });
+      const started = Date.now();
+      const error = await client.getShard("db_choice").catch((e) => e);
+      assert.equal(error.name, "TimeoutError");
+      assert.ok(Date.now() - started < 5_000);
+    } finally {
+      for (const socket of held) socket.destroy();
+      silent.close();
+    }
+  });
+
   test("over its rate limit a key throws RateLimitedError with retryAfter once retries are spent", async () => {
     const slow = new ZeroLockClient(server.url, { ...options(server.keys.slow, "slow"), maxRateLimitRetries: 0 });
     await slow.getShard("db_choice");
