@@ -21,10 +21,12 @@ test("the core's built modules import only each other: no node: modules, no pack
   assert.deepEqual(imports("ai.js").filter((s) => !s?.startsWith("./")).sort(), ["ai", "zod"]);
 });
 
-test("a client builds and sends in a context with no process, only fetch", async () => {
+test("a client builds and sends in a context with web globals only (fetch, AbortSignal, URL), no process", async () => {
   /** @type {string[]} */
   const seen = [];
+  // Only web-platform globals (what browsers and edge runtimes have), no Node ones.
   const context = vm.createContext({
+    AbortSignal,
     URL,
     URLSearchParams,
     setTimeout,
