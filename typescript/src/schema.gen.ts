@@ -2114,7 +2114,7 @@ export interface operations {
                     "application/json": components["schemas"]["ReservationList"];
                 };
             };
-            /** @description MALFORMED_JSON, VALIDATION_ERROR or another refusal of the input */
+            /** @description VALIDATION_ERROR, or RESERVATION_TOO_COSTLY: comparing the patterns or paths with the live reservations would spend more than ZEROLOCK_RESERVATION_BUDGET_STEPS (`budget_steps`); nothing is written. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2200,7 +2200,7 @@ export interface operations {
                     "application/json": components["schemas"]["Reservation"];
                 };
             };
-            /** @description MALFORMED_JSON, VALIDATION_ERROR or another refusal of the input */
+            /** @description VALIDATION_ERROR, or RESERVATION_TOO_COSTLY: comparing the patterns or paths with the live reservations would spend more than ZEROLOCK_RESERVATION_BUDGET_STEPS (`budget_steps`); nothing is written. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2236,7 +2236,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorEnvelope"];
                 };
             };
-            /** @description RESERVATION_CONFLICT: a pattern overlaps another agent's reservation; `conflicts` lists each (holder, patterns, expires_at, the overlapping pattern and a path both match). Or LEASE_NOT_FOUND (404) for a lease_id that is not live. */
+            /** @description RESERVATION_CONFLICT: a pattern overlaps another agent's reservation; `conflicts` lists each (holder, patterns, expires_at, the overlapping pattern and a path both match). Or TOO_MANY_RESERVATIONS: the key already holds ZEROLOCK_MAX_RESERVATIONS_PER_KEY live reservations (`limit`). Or LEASE_NOT_FOUND (404) for a lease_id that is not live. */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2462,7 +2462,7 @@ export interface operations {
                     "application/json": components["schemas"]["ReservationCheckResult"];
                 };
             };
-            /** @description MALFORMED_JSON, VALIDATION_ERROR or another refusal of the input */
+            /** @description VALIDATION_ERROR, or RESERVATION_TOO_COSTLY: comparing the patterns or paths with the live reservations would spend more than ZEROLOCK_RESERVATION_BUDGET_STEPS (`budget_steps`); nothing is written. */
             400: {
                 headers: {
                     [name: string]: unknown;
