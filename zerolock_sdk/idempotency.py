@@ -7,8 +7,13 @@ invocation sends another (docs/runtimes.md, "The rule")."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
 
+from .client import ZeroLockClient
 from .errors import RateLimitedError, ZeroLockError
+
+T = TypeVar("T")
 
 MAX_KEY = 255  # the server's limit on Idempotency-Key
 
@@ -34,3 +39,46 @@ def retry_may_succeed(error: ZeroLockError) -> bool:
     return (
         isinstance(error, RateLimitedError) or error.status >= 500 or error.code in RETRYABLE_CODES
     )
+
+
+class StepCalls:
+    """What the Temporal, Restate and Inngest adapters share around each call: a
+    fresh client per step (a step may run on any worker, in any event loop; URL
+    and key default to ``$ZEROLOCK_URL`` and ``$ZEROLOCK_API_KEY``, the other
+    ``client_options`` go to each ``ZeroLockClient``), and ``retry_may_succeed``'s
+    verdict on a refusal: one a retry cannot change is raised as the runtime's own
+    do-not-retry error (``terminal``), the rest as they are, for the runtime to
+    retry."""
+
+    default_agent_id = "agent"
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        agent_id: str | None = None,
+        api_key: str | None = None,
+        **client_options: Any,
+    ) -> None:
+        self._base_url = base_url
+        self._options = {
+            "agent_id": agent_id or self.default_agent_id,
+            "api_key": api_key,
+            **client_options,
+        }
+
+    def terminal(self, error: ZeroLockError) -> Exception:
+        """The runtime's error that ends the step for good."""
+        raise NotImplementedError
+
+    def refused(self, error: ZeroLockError) -> NoReturn:
+        if retry_may_succeed(error):
+            raise error
+        raise self.terminal(error) from error
+
+    async def _call(self, work: Callable[[ZeroLockClient], Awaitable[T]]) -> T:
+        async with ZeroLockClient(self._base_url, **self._options) as client:
+            try:
+                return await work(client)
+            except ZeroLockError as error:
+                self.refused(error)

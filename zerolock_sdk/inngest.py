@@ -34,17 +34,14 @@ import datetime
 import weakref
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import inngest
 
-from .client import ZeroLockClient
 from .errors import ZeroLockError
-from .idempotency import retry_may_succeed, step_idempotency_key
+from .idempotency import StepCalls, step_idempotency_key
 from .task_claim import claim_task
 from .webhooks import webhook_receiver
-
-T = TypeVar("T")
 
 EVENT_PREFIX = "zerolock/"
 DECIDED_EVENT = EVENT_PREFIX + "approval.decided"
@@ -63,30 +60,15 @@ def step_key(ctx: inngest.Context, step_id: str) -> str:
     return step_idempotency_key("inngest", *parts)
 
 
-class InngestZeroLock:
+class InngestZeroLock(StepCalls):
     """ZeroLock steps for Inngest functions. URL and key default to
     ``$ZEROLOCK_URL`` and ``$ZEROLOCK_API_KEY``; ``client_options`` go to each
     step's ``ZeroLockClient``."""
 
-    def __init__(
-        self,
-        base_url: str | None = None,
-        *,
-        agent_id: str = "inngest",
-        api_key: str | None = None,
-        **client_options: Any,
-    ) -> None:
-        self._base_url = base_url
-        self._options = {"agent_id": agent_id, "api_key": api_key, **client_options}
+    default_agent_id = "inngest"
 
-    async def _call(self, work: Callable[[ZeroLockClient], Awaitable[T]]) -> T:
-        async with ZeroLockClient(self._base_url, **self._options) as client:
-            try:
-                return await work(client)
-            except ZeroLockError as error:
-                if retry_may_succeed(error):
-                    raise
-                raise inngest.NonRetriableError(f"{error.code}: {error.message}") from error
+    def terminal(self, error: ZeroLockError) -> Exception:
+        return inngest.NonRetriableError(f"{error.code}: {error.message}")
 
     async def read_shard(self, ctx: inngest.Context, step_id: str, shard_id: str) -> dict[str, Any]:
         """The shard as read once (memoized), so a write computed from it sends

@@ -36,19 +36,16 @@ from __future__ import annotations
 import json
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 import httpx
 import restate
 
-from .client import ZeroLockClient
 from .errors import ZeroLockError
-from .idempotency import retry_may_succeed, step_idempotency_key
+from .idempotency import StepCalls, step_idempotency_key
 from .task_claim import claim_task
 from .webhooks import webhook_receiver
-
-T = TypeVar("T")
 
 APPROVALS_OBJECT = "ZeroLockApprovals"
 DECIDING_EVENTS = frozenset({"approval.decided", "approval.expired"})
@@ -67,34 +64,19 @@ def step_key(ctx: restate.Context | restate.ObjectContext, name: str) -> str:
     return step_idempotency_key("restate", ctx.request().id, str(number), name)
 
 
-class RestateZeroLock:
+class RestateZeroLock(StepCalls):
     """Journaled ZeroLock steps for Restate handlers. URL and key default to
     ``$ZEROLOCK_URL`` and ``$ZEROLOCK_API_KEY``; ``client_options`` go to each
     step's ``ZeroLockClient``."""
 
-    def __init__(
-        self,
-        base_url: str | None = None,
-        *,
-        agent_id: str = "restate",
-        api_key: str | None = None,
-        **client_options: Any,
-    ) -> None:
-        self._base_url = base_url
-        self._options = {"agent_id": agent_id, "api_key": api_key, **client_options}
+    default_agent_id = "restate"
 
-    async def _call(self, work: Callable[[ZeroLockClient], Awaitable[T]]) -> T:
-        async with ZeroLockClient(self._base_url, **self._options) as client:
-            try:
-                return await work(client)
-            except ZeroLockError as error:
-                if retry_may_succeed(error):
-                    raise
-                raise restate.TerminalError(
-                    f"{error.code}: {error.message}",
-                    status_code=error.status,
-                    metadata={"code": error.code},
-                ) from error
+    def terminal(self, error: ZeroLockError) -> Exception:
+        return restate.TerminalError(
+            f"{error.code}: {error.message}",
+            status_code=error.status,
+            metadata={"code": error.code},
+        )
 
     async def read_shard(
         self, ctx: restate.Context | restate.ObjectContext, shard_id: str, *, step: str = ""

@@ -40,23 +40,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 from .approvals import ApprovalClient
-from .client import ZeroLockClient
 from .errors import ZeroLockError
-from .idempotency import retry_may_succeed, step_idempotency_key
+from .idempotency import StepCalls, step_idempotency_key
 from .models import Approval
 from .task_claim import claim_task
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -115,20 +112,19 @@ def activity_idempotency_key(info: activity.Info | None = None) -> str:
     return step_idempotency_key("temporal", *parts)
 
 
-class ZeroLockActivities:
+class ZeroLockActivities(StepCalls):
     """Holds the connection settings; ``all()`` lists the activities for a Worker.
     URL and key default to ``$ZEROLOCK_URL`` and ``$ZEROLOCK_API_KEY``."""
 
-    def __init__(
-        self,
-        base_url: str | None = None,
-        *,
-        agent_id: str = "temporal",
-        api_key: str | None = None,
-        **client_options: Any,
-    ) -> None:
-        self._options = {"agent_id": agent_id, "api_key": api_key, **client_options}
-        self._base_url = base_url
+    default_agent_id = "temporal"
+
+    def terminal(self, error: ZeroLockError) -> Exception:
+        return ApplicationError(
+            f"{error.code}: {error.message}",
+            {"code": error.code, **error.details},
+            type=error.code,
+            non_retryable=True,
+        )
 
     def all(self) -> list[Callable[..., Any]]:
         return [
@@ -139,22 +135,15 @@ class ZeroLockActivities:
             self.wait_for_approval,
         ]
 
-    async def _with_client(self, work: Callable[[ZeroLockClient], Awaitable[T]]) -> T:
-        async with ZeroLockClient(self._base_url, **self._options) as client:
-            try:
-                return await work(client)
-            except ZeroLockError as error:
-                raise _as_temporal(error) from error
-
     @activity.defn(name="zerolock.read_shard")
     async def read_shard(self, request: ReadShard) -> dict[str, Any]:
-        shard = await self._with_client(lambda zl: zl.get_shard(request.shard_id))
+        shard = await self._call(lambda zl: zl.get_shard(request.shard_id))
         return {"shard_id": shard.id, "version": shard.version, "value": shard.value}
 
     @activity.defn(name="zerolock.commit_shard")
     async def commit_shard(self, request: CommitShard) -> dict[str, Any]:
         key = activity_idempotency_key()
-        result = await self._with_client(
+        result = await self._call(
             lambda zl: zl.commit_shard(
                 request.shard_id, request.new_value, request.expected_version, idempotency_key=key
             )
@@ -168,7 +157,7 @@ class ZeroLockActivities:
     @activity.defn(name="zerolock.claim_task")
     async def claim_task(self, request: ClaimTask) -> dict[str, Any]:
         key = activity_idempotency_key()
-        result = await self._with_client(
+        result = await self._call(
             lambda zl: claim_task(
                 zl, request.shard_id, request.task_id, request.holder, idempotency_key=key
             )
@@ -178,7 +167,7 @@ class ZeroLockActivities:
     @activity.defn(name="zerolock.request_approval")
     async def request_approval(self, request: RequestApproval) -> dict[str, Any]:
         key = activity_idempotency_key()
-        approval = await self._with_client(
+        approval = await self._call(
             lambda zl: zl.request_approval(
                 request.shard_id,
                 request.proposed_value,
@@ -213,7 +202,7 @@ class ZeroLockActivities:
                         timeout_seconds=MAX_APPROVAL_WAIT.total_seconds(),
                     )
                 except ZeroLockError as error:
-                    raise _as_temporal(error) from error
+                    self.refused(error)
         finally:
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -265,15 +254,3 @@ async def request_and_wait_for_approval(
         result_type=dict,
     )
     return decided
-
-
-def _as_temporal(error: ZeroLockError) -> Exception:
-    """Refusals that a retry cannot change stop the retries; the rest go on."""
-    if retry_may_succeed(error):
-        return error
-    return ApplicationError(
-        f"{error.code}: {error.message}",
-        {"code": error.code, **error.details},
-        type=error.code,
-        non_retryable=True,
-    )
