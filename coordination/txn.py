@@ -136,6 +136,15 @@ def _parse_compare(raw: Any, where: str) -> Compare:
     return Compare(shard_id, op, _path(raw.get("path"), where), raw.get("value"))
 
 
+def value_compare_parse(raw: Any, where: str) -> Compare:
+    """One compare on a value in hand (an approval policy's ``when``): the same
+    operators, paths and checks as a transaction's, for ``compare_holds``; no
+    shard id and no version check."""
+    if not isinstance(raw, dict) or set(raw) - {"path", "op", "value"}:
+        raise invalid(f"{where} must be an object with path, op and value.", at=where)
+    return _parse_compare({**raw, "shard_id": "policy"}, where)
+
+
 def _parse_op(raw: Any, where: str) -> Op:
     if not isinstance(raw, dict):
         raise invalid(f"{where} must be an object.", at=where)
