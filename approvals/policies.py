@@ -12,6 +12,8 @@ The safety rules, each in one place here (docs/decisions.md explains them):
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,11 +24,13 @@ from audit.chain import audited_transaction
 from audit.models import AuditAction
 from common.errors import ApiError, ErrorCode, Invalid, OutOfScope
 from common.inputs import iso_time
+from common.jsonpaths import path_get
 from common.prefixes import prefix_matches, scope_within
 from coordination.txn import Compare, compare_holds, value_compare_parse
 from shards.models import Shard
 
 from .models import Approval, ApprovalPolicy, PolicyEffect
+from .review import _tokens as pointer_tokens
 
 MIN_POLICY_SECONDS = 60
 MAX_POLICY_SECONDS = 30 * 24 * 3600  # a standing rule is reviewed at least monthly
@@ -181,3 +185,77 @@ def policies_matching(approval: Approval, shard: Shard) -> list[ApprovalPolicy]:
         if policy_matches(p, approval, shard)
     ]
     return sorted(candidates, key=lambda p: p.effect != PolicyEffect.REJECT)
+
+
+# --- "Approve, and approve the same kind for 1 hour" (the console) --------------
+
+SAME_KIND_SECONDS = 3600
+
+
+@dataclass(frozen=True)
+class SameKind:
+    """A policy covering requests like one in hand, and what it covers in words:
+    the console's dialog shows ``covers`` before the officer confirms."""
+
+    fields: dict[str, Any]
+    covers: list[str]
+
+
+def _typed_path(value: Any, tokens: list[str]) -> list[str | int] | None:
+    """A JSON pointer's tokens as a compare path (list indexes as integers),
+    walking ``value``; None where it leads nowhere."""
+    path: list[str | int] = []
+    for token in tokens:
+        if isinstance(value, list) and token.isdigit() and int(token) < len(value):
+            value = value[int(token)]
+            path.append(int(token))
+        elif isinstance(value, dict) and token in value:
+            value = value[token]
+            path.append(token)
+        else:
+            return None
+    return path
+
+
+def same_kind(approval: Approval) -> SameKind | None:
+    """The policy "the same kind" means, from the stored diff of the request:
+    the exact shard id as the prefix, the same requester through the same key,
+    and for each changed path: a number at most the proposed one (``<=``), any
+    other value exactly the proposed one (``==``), a removal removed
+    (``not_exists``). Paths the request did not change are not checked. None when
+    there is no diff to read it from (too large, or nothing changes)."""
+    if not approval.diff:
+        return None
+    when: list[dict[str, Any]] = []
+    covers: list[str] = []
+    for change in approval.diff[:MAX_WHEN]:
+        tokens = pointer_tokens(change.get("path", ""))
+        shown = "/".join(tokens) or "(the whole value)"
+        if change.get("op") == "remove":
+            path = _typed_path(approval.value_at_request, tokens)
+            if path is None:
+                return None
+            when.append({"path": path, "op": "not_exists"})
+            covers.append(f"{shown} is absent")
+            continue
+        path = _typed_path(approval.proposed_value, tokens)
+        if path is None:
+            return None
+        new = path_get(approval.proposed_value, tuple(path))
+        if isinstance(new, int | float) and not isinstance(new, bool):
+            when.append({"path": path, "op": "<=", "value": new})
+            covers.append(f"{shown} is a number at most {json.dumps(new)}")
+        else:
+            when.append({"path": path, "op": "==", "value": new})
+            covers.append(f"{shown} is exactly {json.dumps(new)[:200]}")
+    if len(approval.diff) > MAX_WHEN:
+        return None
+    fields = {
+        "shard_prefix": approval.shard_id,
+        "requested_by": approval.requested_by,
+        "key_prefix": approval.requested_key_prefix,
+        "when": when,
+        "effect": PolicyEffect.APPROVE.value,
+        "ttl_seconds": SAME_KIND_SECONDS,
+    }
+    return SameKind(fields, covers)

@@ -10,11 +10,21 @@ from rest_framework.response import Response
 
 from access.auth import principal
 from common.api import ApiView
-from common.inputs import ChoiceField, Int64Field, StrictSerializer, StringField, parsed
-from common.openapi import JSON_VALUE
+from common.inputs import (
+    INT64_MAX,
+    INT64_MIN,
+    ChoiceField,
+    Int64Field,
+    StrictSerializer,
+    StringField,
+    parsed,
+)
+from common.openapi import JSON_VALUE, NO_NUL, body_rules_register
+from coordination.txn import COMPARE_OPS, MAX_PATH
 
 from . import policies
 from .models import POLICY_ID_REGEX, ApprovalPolicy, PolicyEffect
+from .serializers import ReasonField
 
 POLICY = "approval:policy"
 
@@ -25,12 +35,28 @@ POLICY_ID_PARAMETER = OpenApiParameter(
 COMPARE_SCHEMA = {
     "type": "object",
     "properties": {
-        "path": {"type": "array", "items": {"oneOf": [{"type": "string"}, {"type": "integer"}]}},
-        "op": {"type": "string", "enum": ["==", "!=", "<", ">", "exists", "not_exists"]},
+        "path": {
+            "type": "array",
+            "maxItems": MAX_PATH,
+            "nullable": True,
+            "items": {
+                "oneOf": [
+                    {"type": "string", "pattern": NO_NUL},
+                    {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX},
+                ]
+            },
+        },
+        "op": {"type": "string", "enum": sorted(COMPARE_OPS)},
         "value": JSON_VALUE,
     },
     "required": ["op"],
     "additionalProperties": False,
+    # As a transaction's compare (coordination.serializers): all but exists and
+    # not_exists need a value.
+    "anyOf": [
+        {"properties": {"op": {"enum": ["exists", "not_exists"]}}},
+        {"required": ["value"]},
+    ],
 }
 
 
@@ -56,7 +82,14 @@ class PolicyCreateSerializer(StrictSerializer):
         max_value=policies.MAX_POLICY_SECONDS,
     )
     expires_at = serializers.DateTimeField(required=False)
-    reason = StringField(max_length=4000)
+    reason = ReasonField(max_length=4000)
+
+
+# Exactly one of ttl_seconds and expires_at (policies.policy_expiry).
+body_rules_register(
+    "PolicyCreate",
+    lambda: {"oneOf": [{"required": ["ttl_seconds"]}, {"required": ["expires_at"]}]},
+)
 
 
 class PolicySerializer(serializers.Serializer):

@@ -32,7 +32,7 @@ from .leases import lease_bind
 
 MAX_ITEMS = 100  # compares, and operations per branch
 MAX_PATH = 32  # keys and indexes in a path
-COMPARE_OPS = {"==", "!=", "<", ">", "exists", "not_exists"}
+COMPARE_OPS = {"==", "!=", "<", "<=", ">", ">=", "exists", "not_exists"}
 WRITE_OPS = {"put", "delete", "append"}
 
 
@@ -186,10 +186,14 @@ def compare_holds(compare: Compare, shard: Shard | None, value: Any) -> bool:
         return found is _ABSENT or not json_equal(found, compare.value)
     if found is _ABSENT:
         return False
-    # Incomparable kinds (true < 2, [1] < [2]) hold neither way.
+    # Incomparable kinds (true < 2, [1] < [2]) hold neither way, "<=" and ">=" too.
     if compare.op == "<":
         return json_less(found, compare.value) is True
-    return json_less(compare.value, found) is True
+    if compare.op == ">":
+        return json_less(compare.value, found) is True
+    smaller, larger = (found, compare.value) if compare.op == "<=" else (compare.value, found)
+    ordered = json_less(smaller, larger)
+    return ordered is True or (ordered is False and json_equal(found, compare.value))
 
 
 # --- running -------------------------------------------------------------------------
