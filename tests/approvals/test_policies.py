@@ -272,3 +272,22 @@ def test_creation_and_deletion_are_audited_and_a_deleted_policy_decides_nothing(
     assert created.details["policy"]["id"] == deleted.details["policy"]["id"] == policy["id"]
     assert deleted.agent_id == "agent:officer"
     assert ask(executor, "pay:1", {"amount": 5})["status"] == "pending"
+
+
+def test_same_kind_reads_nested_list_and_removed_paths_from_the_stored_diff(executor):
+    from approvals.policies import same_kind
+
+    a_shard(executor, "pay:1", {"order": {"lines": [{"qty": 1}], "memo": "a", "tag": "x"}})
+    asked = ask(executor, "pay:1", {"order": {"lines": [{"qty": 3}], "memo": "b"}})
+    kind = same_kind(Approval.objects.get(pk=asked["id"]))
+    assert kind is not None
+    assert sorted(kind.fields["when"], key=str) == sorted(
+        [
+            {"path": ["order", "lines", 0, "qty"], "op": "<=", "value": 3},
+            {"path": ["order", "memo"], "op": "==", "value": "b"},
+            {"path": ["order", "tag"], "op": "not_exists"},
+        ],
+        key=str,
+    )
+    assert kind.fields["shard_prefix"] == "pay:1"
+    assert kind.fields["requested_by"] == "executor"
