@@ -291,3 +291,20 @@ def test_same_kind_reads_nested_list_and_removed_paths_from_the_stored_diff(exec
     )
     assert kind.fields["shard_prefix"] == "pay:1"
     assert kind.fields["requested_by"] == "executor"
+
+
+def test_the_admin_lists_policies_and_deleting_one_there_is_audited(officer):
+    from django.test import Client
+
+    policy = a_policy(officer, when=[SMALL])
+    root = User.objects.create_superuser("root", password="pw-for-root-1")
+    browser = Client()
+    browser.force_login(root)
+    listing = browser.get("/admin/approvals/approvalpolicy/")
+    assert listing.status_code == 200 and policy["id"] in listing.content.decode()
+    assert browser.get("/admin/approvals/approvalpolicy/add/").status_code == 403
+    gone = browser.post(f"/admin/approvals/approvalpolicy/{policy['id']}/delete/", {"post": "yes"})
+    assert gone.status_code == 302
+    assert not ApprovalPolicy.objects.exists()
+    deleted = AuditEntry.objects.get(action="approval.policy_deleted")
+    assert (deleted.agent_id, deleted.details["policy"]["id"]) == ("user:root", policy["id"])
