@@ -308,3 +308,13 @@ def test_the_admin_lists_policies_and_deleting_one_there_is_audited(officer):
     assert not ApprovalPolicy.objects.exists()
     deleted = AuditEntry.objects.get(action="approval.policy_deleted")
     assert (deleted.agent_id, deleted.details["policy"]["id"]) == ("user:root", policy["id"])
+
+
+def test_a_policy_never_decides_for_its_authors_agent_id_through_another_key(make_key, client_for):
+    author = client_for(make_key("approval:policy", name="ops-policy"), agent="ops")
+    asker = client_for(
+        make_key("shard:read", "shard:create", "approval:request", name="ops-work"), agent="ops"
+    )
+    a_shard(asker, "pay:1", {"amount": 0})
+    a_policy(author, when=[SMALL])
+    assert ask(asker, "pay:1", {"amount": 5})["status"] == "pending"
