@@ -14,6 +14,9 @@ class ApiKeyPermission(models.TextChoices):
     APPROVAL_REQUEST = "approval:request"
     APPROVAL_DECIDE = "approval:decide"
     APPROVAL_ALL = "approval:*"
+    # Standing approval policies decide requests unattended: granted by name or by
+    # admin only, never by approval:*, which keys held before policies existed.
+    APPROVAL_POLICY = "approval:policy"
     ADMIN = "admin"
 
 
@@ -67,7 +70,11 @@ class ApiKey(models.Model):
         granted = set(self.permissions)
         if ApiKeyPermission.ADMIN in granted or permission in granted:
             return True
-        return permission.startswith("approval:") and ApiKeyPermission.APPROVAL_ALL in granted
+        return (
+            permission.startswith("approval:")
+            and permission != ApiKeyPermission.APPROVAL_POLICY
+            and ApiKeyPermission.APPROVAL_ALL in granted
+        )
 
     def allows_agent(self, agent_id: str) -> bool:
         return not self.agent_ids or agent_id in self.agent_ids

@@ -1,10 +1,14 @@
 from django import forms
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.utils.html import format_html
 
+from . import policies
 from .models import (
     Approval,
     ApprovalDecision,
+    ApprovalPolicy,
     ApprovalStatus,
     WebhookAttempt,
     WebhookDelivery,
@@ -158,3 +162,33 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(ApprovalPolicy)
+class ApprovalPolicyAdmin(admin.ModelAdmin):
+    """Seen and deleted here; created through POST /api/approval-policies or the
+    console, where the author, scopes and bounds are checked. Deleting goes through
+    ``policies.policy_delete``, so the audit log records it."""
+
+    list_display = ["id", "effect", "shard_prefix", "requested_by", "expires_at", "created_by"]
+    list_filter = ["effect"]
+    search_fields = ["id", "shard_prefix", "requested_by", "reason"]
+    readonly_fields = [f.name for f in ApprovalPolicy._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def delete_model(self, request: HttpRequest, obj: ApprovalPolicy) -> None:
+        policies.policy_delete(
+            policy_id=obj.pk,
+            scopes=[],
+            deleted_by=f"user:{request.user.get_username()}",
+            key_prefix="",
+        )
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApprovalPolicy]) -> None:
+        for policy in queryset:
+            self.delete_model(request, policy)

@@ -30,7 +30,7 @@ from audit.models import AuditEntry
 from common.errors import ApiError
 from shards.models import Shard
 
-from . import selectors, services
+from . import policies, selectors, services
 from .diffs import approval_diff, stored_diff, unmoved
 from .diffview import shown, shown_diff
 from .models import Approval, ApprovalQuerySet, ApprovalStatus
@@ -287,8 +287,30 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             "can_decide": _can_decide(request) and pending and mine is None,
             "next_id": selectors.next_pending(approval.id),
             "metadata": _metadata_rows(approval.metadata),
+            "same_kind": _same_kind_covers(approval),
         },
     )
+
+
+def _same_kind_covers(approval: Approval) -> list[str]:
+    """What "Approve, and approve the same kind for 1 hour" would cover, in the
+    words the dialog shows; empty when the request offers no such policy."""
+    kind = policies.same_kind(approval)
+    if kind is None:
+        return []
+    fields = kind.fields
+    who = f"requests by agent {fields['requested_by']}"
+    if fields["key_prefix"]:
+        who += f" through key {fields['key_prefix']}"
+    return [
+        f"shards whose id starts with {fields['shard_prefix']!r} (this one, and any id "
+        "that begins with it)",
+        who,
+        *(f"proposed values where {line}" for line in kind.covers),
+        "anything else in the proposed value is not checked",
+        f"for {policies.SAME_KIND_SECONDS // 60} minutes from now; "
+        "other deciders' requests and quorum rules are unchanged",
+    ]
 
 
 def _settled(approval_id: str) -> str:
@@ -386,6 +408,52 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
             f"Your approval is recorded ({approval.approvals_counted()} of "
             f"{approval.approvals_required}).",
         )
+    return redirect("console-detail", approval_id=approval_id)
+
+
+@login_required
+@require_POST
+def approve_same_kind(request: HttpRequest, approval_id: str) -> HttpResponse:
+    """Approve this request, then create a one-hour policy for the same kind
+    (``policies.same_kind``), authored by this officer: the self-approval rule
+    then keeps it off the officer's own keys' requests. The approval comes first,
+    so a refused decision creates no policy."""
+    user = _watcher(request)
+    if not _can_decide(request):
+        raise PermissionDenied("Only risk officers may decide approvals.")
+    settled = _settled(approval_id)
+    if settled:
+        messages.info(request, settled)
+        return redirect("console-detail", approval_id=approval_id)
+    asked = Approval.objects.filter(pk=approval_id).first()
+    kind = policies.same_kind(asked) if asked is not None else None
+    read = selectors.approval_now(asked) if asked is not None else None
+    if kind is None or read is None or read.stale:
+        messages.error(request, "This request offers no standing approval: decide it alone.")
+        return redirect("console-detail", approval_id=approval_id)
+    reason = request.POST.get("reason", "").strip() or "Approved with the same kind for 1 hour."
+    try:
+        approval = services.approval_decide(
+            approval_id=approval_id,
+            decider=services.Decider.user(user),
+            approve=True,
+            reason=reason,
+        )
+        policy = policies.policy_create(
+            created_by=f"user:{user.get_username()}",
+            author_key=None,
+            author_user_id=user.pk,
+            reason=f"Same kind as {approval_id}, approved by {user.get_username()}: {reason}",
+            **kind.fields,
+        )
+    except ApiError as error:
+        messages.error(request, f"{error.code}: {error.message}")
+        return redirect("console-detail", approval_id=approval_id)
+    messages.success(
+        request,
+        f"Approved ({approval.status}), and policy {policy.id} approves the same kind "
+        f"until {policy.expires_at:%H:%M} UTC.",
+    )
     return redirect("console-detail", approval_id=approval_id)
 
 

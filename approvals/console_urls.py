@@ -10,4 +10,9 @@ urlpatterns = [
     path("history", console.history, name="console-history"),
     path("approvals/<str:approval_id>", console.detail, name="console-detail"),
     path("approvals/<str:approval_id>/decide", console.decide, name="console-decide"),
+    path(
+        "approvals/<str:approval_id>/approve-same-kind",
+        console.approve_same_kind,
+        name="console-approve-same-kind",
+    ),
 ]

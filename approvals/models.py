@@ -370,3 +370,71 @@ class WebhookAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number}: {self.status_code or self.error}"
+
+
+# --- standing approval policies ------------------------------------------------
+
+POLICY_ID_REGEX = r"^pol_[0-9a-f]{24}$"
+
+
+def new_policy_id() -> str:
+    return f"pol_{secrets.token_hex(12)}"  # POLICY_ID_REGEX
+
+
+class PolicyEffect(models.TextChoices):
+    APPROVE = "approve", "approve"
+    REJECT = "reject", "reject"
+
+
+class ApprovalPolicyQuerySet(models.QuerySet):
+    def live(self, now: datetime | None = None) -> ApprovalPolicyQuerySet:
+        """Not yet expired: a policy never decides after ``expires_at``, whether
+        or not anything has cleaned it up."""
+        return self.filter(expires_at__gt=now or timezone.now())
+
+    def within_scopes(self, prefixes: list[str]) -> ApprovalPolicyQuerySet:
+        """Policies whose whole reach a key scoped to ``prefixes`` covers: their
+        shard prefix starts with one of the key's (no scopes: every policy)."""
+        return self.filter(scopes_q("shard_prefix", prefixes)) if prefixes else self
+
+
+class ApprovalPolicy(models.Model):
+    """A standing decision: a new approval request that matches it (shard prefix,
+    requester, key, and every ``when`` compare on the proposed value) is decided
+    by it at once, as one principal ("policy:<id>"). The safety rules live in
+    approvals.policies."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_policy_id, editable=False)
+    shard_prefix = models.CharField(max_length=128, blank=True)
+    requested_by = models.CharField(max_length=128, blank=True)  # an agent id; blank: any
+    key_prefix = models.CharField(max_length=16, blank=True)  # the requester's key; blank: any
+    # [{"path": [...], "op": "<", "value": 100}, ...]: the /api/txn compare operators.
+    when = models.JSONField(default=list, blank=True)
+    effect = models.CharField(max_length=8, choices=PolicyEffect.choices)
+    reason = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(db_index=True)
+    # The author, for the self-approval rule: a policy never decides a request made
+    # through its author's key, or by a key belonging to its author's user.
+    created_by = models.CharField(max_length=160)  # "user:alice" or "agent:ops-1"
+    author_key_prefix = models.CharField(max_length=16, blank=True)
+    author_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+
+    objects = ApprovalPolicyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        verbose_name_plural = "approval policies"
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.effect} {self.shard_prefix or '*'})"
+
+    @property
+    def principal(self) -> str:
+        return f"policy:{self.id}"

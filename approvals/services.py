@@ -29,9 +29,9 @@ from shards.value_schema import value_validate
 from shards.writer import version_write, write_transaction
 from shards.writetx import WriteTx
 
-from . import webhooks
+from . import policies, webhooks
 from .diffs import proposed_value_check, value_diff
-from .models import Approval, ApprovalDecision, ApprovalStatus, WebhookEvent
+from .models import Approval, ApprovalDecision, ApprovalStatus, PolicyEffect, WebhookEvent
 from .selectors import approval_get
 
 DEFAULT_TTL_SECONDS = 3600
@@ -135,7 +135,9 @@ def approval_request(
     # once, outside the write lock, and never again while the shard stays put.
     diff = value_diff(shard.value, proposed_value)
     now = timezone.now()
-    with audited_transaction() as audit:
+    # A write transaction: a standing policy may decide, and so commit, in it.
+    with write_transaction() as tx:
+        audit = tx.audit
         approval = Approval.objects.create(
             shard_id=shard_id,
             description=description,
@@ -165,7 +167,33 @@ def approval_request(
         )
         send_event_on_commit("approval_changed", approval=approval, event="requested")
         webhooks.emit(WebhookEvent.REQUESTED, approval)
+        _policy_decide(tx, approval, shard)
     return approval
+
+
+def _policy_decide(tx: WriteTx, approval: Approval, shard: Shard) -> None:
+    """A new request that a live standing policy matches is decided by it now,
+    in the request's own transaction, through ``_decide`` like a person's
+    decision (quorum, the commit, approved_stale). At most one policy decides:
+    a reject first, else the oldest approve; one whose author made the request
+    (``decider_check``) is passed over. Rules: approvals.policies."""
+    for policy in policies.policies_matching(approval, shard):
+        decider = Decider(
+            name=policy.principal,
+            principal=policy.principal,
+            key_prefix=policy.author_key_prefix,
+            user_id=policy.author_user_id,
+        )
+        if policy.created_by == f"agent:{approval.requested_by}":
+            continue  # its author asking, through another key: self-approval all the same
+        try:
+            decider_check(approval, decider)
+        except ApiError:  # self-approval (or not a person, where people are required)
+            continue
+        approve = policy.effect == PolicyEffect.APPROVE
+        rule = {"policy_id": policy.id, "when": policy.when, "effect": policy.effect}
+        _decide(tx, approval, decider, approve, policy.reason, rule=rule)
+        return
 
 
 def approval_decide(
@@ -206,7 +234,16 @@ def approval_decide(
     return approval
 
 
-def _decide(tx: WriteTx, approval: Approval, decider: Decider, approve: bool, reason: str) -> None:
+def _decide(
+    tx: WriteTx,
+    approval: Approval,
+    decider: Decider,
+    approve: bool,
+    reason: str,
+    *,
+    rule: dict[str, Any] | None = None,
+) -> None:
+    """``rule``: the standing policy deciding, named in the audit entry."""
     audit = tx.audit
     # Writers are serialised by the audit head lock, so this check cannot race;
     # the partial unique constraint backs it up.
@@ -247,6 +284,7 @@ def _decide(tx: WriteTx, approval: Approval, decider: Decider, approve: bool, re
             "reason": reason,
             "approvals": approvals,
             "approvals_required": approval.approvals_required,
+            **({"policy": rule} if rule else {}),
         },
     )
     if approve and approvals < approval.approvals_required:

@@ -56,6 +56,8 @@ class AuditAction(models.TextChoices):
     APPROVAL_EXPIRED = "approval.expired"
     APPROVAL_COMMITTED = "approval.committed"
     APPROVAL_COMMIT_FAILED = "approval.commit_failed"
+    APPROVAL_POLICY_CREATED = "approval.policy_created"
+    APPROVAL_POLICY_DELETED = "approval.policy_deleted"
     LEASE_GRANTED = "lease.granted"
     LEASE_ENDED = "lease.ended"
     LEASE_RELEASED_PATH = "lease.released_path"

@@ -32,7 +32,7 @@ from .leases import lease_bind
 
 MAX_ITEMS = 100  # compares, and operations per branch
 MAX_PATH = 32  # keys and indexes in a path
-COMPARE_OPS = {"==", "!=", "<", ">", "exists", "not_exists"}
+COMPARE_OPS = {"==", "!=", "<", "<=", ">", ">=", "exists", "not_exists"}
 WRITE_OPS = {"put", "delete", "append"}
 
 
@@ -136,6 +136,15 @@ def _parse_compare(raw: Any, where: str) -> Compare:
     return Compare(shard_id, op, _path(raw.get("path"), where), raw.get("value"))
 
 
+def value_compare_parse(raw: Any, where: str) -> Compare:
+    """One compare on a value in hand (an approval policy's ``when``): the same
+    operators, paths and checks as a transaction's, for ``compare_holds``; no
+    shard id and no version check."""
+    if not isinstance(raw, dict) or set(raw) - {"path", "op", "value"}:
+        raise invalid(f"{where} must be an object with path, op and value.", at=where)
+    return _parse_compare({**raw, "shard_id": "policy"}, where)
+
+
 def _parse_op(raw: Any, where: str) -> Op:
     if not isinstance(raw, dict):
         raise invalid(f"{where} must be an object.", at=where)
@@ -177,10 +186,14 @@ def compare_holds(compare: Compare, shard: Shard | None, value: Any) -> bool:
         return found is _ABSENT or not json_equal(found, compare.value)
     if found is _ABSENT:
         return False
-    # Incomparable kinds (true < 2, [1] < [2]) hold neither way.
+    # Incomparable kinds (true < 2, [1] < [2]) hold neither way, "<=" and ">=" too.
     if compare.op == "<":
         return json_less(found, compare.value) is True
-    return json_less(compare.value, found) is True
+    if compare.op == ">":
+        return json_less(compare.value, found) is True
+    smaller, larger = (found, compare.value) if compare.op == "<=" else (compare.value, found)
+    ordered = json_less(smaller, larger)
+    return ordered is True or (ordered is False and json_equal(found, compare.value))
 
 
 # --- running -------------------------------------------------------------------------

@@ -440,6 +440,61 @@ class ZeroLockClient:
         )
         return Approval.from_json(data)
 
+    async def create_approval_policy(
+        self,
+        *,
+        shard_prefix: str,
+        effect: str,
+        reason: str,
+        when: list[dict[str, Any]] | None = None,
+        requested_by: str = "",
+        key_prefix: str = "",
+        ttl_seconds: int | None = None,
+        expires_at: str | None = None,
+    ) -> dict[str, Any]:
+        """``POST /api/approval-policies`` (permission ``approval:policy``): new
+        requests that match are decided by the policy at once. ``when``: compares
+        on the proposed value with the ``txn`` operators, e.g.
+        ``[{"path": ["amount"], "op": "<", "value": 100}]``. Give ``ttl_seconds``
+        or ``expires_at`` (ISO 8601). Returns the policy (``id`` is "pol_...")."""
+        body: dict[str, Any] = {
+            "shard_prefix": shard_prefix,
+            "effect": effect,
+            "reason": reason,
+            "when": when or [],
+            "requested_by": requested_by,
+            "key_prefix": key_prefix,
+        }
+        if ttl_seconds is not None:
+            body["ttl_seconds"] = ttl_seconds
+        if expires_at is not None:
+            body["expires_at"] = expires_at
+        data: dict[str, Any] = await self.request("POST", "/api/approval-policies", json_body=body)
+        return data
+
+    async def list_approval_policies(
+        self, *, shard_prefix: str | None = None, effect: str = "", live: bool | None = None
+    ) -> list[dict[str, Any]]:
+        """The policies within this key's scopes, oldest first."""
+        params: dict[str, str] = {}
+        if shard_prefix is not None:
+            params["shard_prefix"] = shard_prefix
+        if effect:
+            params["effect"] = effect
+        if live is not None:
+            params["live"] = "true" if live else "false"
+        page = await self.request("GET", "/api/approval-policies", params=params or None)
+        results: list[dict[str, Any]] = page["results"]
+        return results
+
+    async def get_approval_policy(self, policy_id: str) -> dict[str, Any]:
+        data: dict[str, Any] = await self.request("GET", f"/api/approval-policies/{policy_id}")
+        return data
+
+    async def delete_approval_policy(self, policy_id: str) -> None:
+        """Ends a policy now; requests it already decided stay decided."""
+        await self.request("DELETE", f"/api/approval-policies/{policy_id}")
+
     # --- transactions, leases, watch ------------------------------------------------
 
     async def txn(

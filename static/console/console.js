@@ -197,6 +197,19 @@
       submitting = true;
       form.requestSubmit(pendingApprove);
     });
+    // "Approve, and approve the same kind for 1 hour": its own dialog says what
+    // the policy will cover; only its "Yes" submits.
+    var sameKind = document.getElementById("approve-same-kind");
+    var sameKindDialog = document.getElementById("confirm-same-kind");
+    if (sameKind && sameKindDialog) {
+      sameKind.addEventListener("click", function () {
+        sameKindDialog.showModal();
+        document.getElementById("same-kind-cancel").focus();
+      });
+      document.getElementById("same-kind-cancel").addEventListener("click", function () {
+        sameKindDialog.close();
+      });
+    }
     var override = document.getElementById("override-stale");
     if (override) override.addEventListener("change", function () {
       document.getElementById("approve-anyway").disabled = !override.checked;

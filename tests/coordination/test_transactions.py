@@ -230,6 +230,14 @@ def test_compare_operators_on_fields_and_versions(planner):
         ({"path": ["x"], "op": ">", "value": 6}, False),
         ({"path": ["s"], "op": ">", "value": "a"}, True),
         ({"path": ["s"], "op": "<", "value": 3}, False),  # incomparable: false, not an error
+        ({"path": ["x"], "op": "<=", "value": 5}, True),
+        ({"path": ["x"], "op": "<=", "value": 5.0}, True),
+        ({"path": ["x"], "op": "<=", "value": 4.5}, False),
+        ({"path": ["x"], "op": ">=", "value": 5}, True),
+        ({"path": ["x"], "op": ">=", "value": 6}, False),
+        ({"path": ["s"], "op": ">=", "value": "b"}, True),
+        ({"path": ["s"], "op": "<=", "value": 9}, False),  # incomparable, even "or equal"
+        ({"path": ["y"], "op": "<=", "value": 9}, False),  # absent
         ({"path": ["y"], "op": "exists"}, False),
         ({"path": ["y"], "op": "not_exists"}, True),
         ({"path": ["y"], "op": "!=", "value": 1}, True),

@@ -80,6 +80,29 @@ def _body_is_documented(case: Any) -> bool:
     return make_validator(body.optimized_schema, validator_cls).is_valid(case.body)
 
 
+def _policy_end_out_of_range(body: dict[str, Any]) -> bool:
+    """A policy's expires_at the service refuses (approvals.policies.policy_expiry)."""
+    from datetime import datetime, timedelta
+
+    from django.utils import timezone
+
+    from approvals.policies import MAX_POLICY_SECONDS, MIN_POLICY_SECONDS
+
+    try:
+        end = datetime.fromisoformat(str(body.get("expires_at")).replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    if end.tzinfo is None:
+        end = timezone.make_aware(end)
+    now = timezone.now()
+    # A few seconds of slack: the fuzzer's clock and the server's are read apart.
+    return not (
+        now + timedelta(seconds=MIN_POLICY_SECONDS + 5)
+        <= end
+        <= now + timedelta(seconds=MAX_POLICY_SECONDS - 5)
+    )
+
+
 def beyond_the_document(operation: str, case: Any, error: dict[str, Any]) -> str | None:
     """Why a schema-valid request was rightly refused, or None: a real mismatch."""
     if not _body_is_documented(case):
@@ -114,6 +137,8 @@ def beyond_the_document(operation: str, case: Any, error: dict[str, Any]) -> str
         [case.query.get("path")] if case.query and case.query.get("path") else [], glob=False
     ):
         return "a path or glob the grammar refuses past the document's pattern"
+    if operation == "POST /api/approval-policies" and _policy_end_out_of_range(body):
+        return "an expires_at outside 60 s to 30 days from now"  # relative to the clock
     shard_id = body.get("shard_id")
     if (
         operation == "POST /api/approvals/request"
