@@ -1,0 +1,308 @@
+"""Decisions beyond yes or no (issue 28), against a live server over REST and
+through the SDK: approve with edits, request changes, a request that follows
+another (previous_id), and what an edit does to a quorum."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+
+from access.identity import Actor
+from access.services import api_key_create
+from approvals.models import Approval
+from audit.models import AuditEntry
+from shards.models import Shard
+from shards.services import shard_create
+from zerolock_sdk.approvals import ApprovalClient
+
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
+
+PAYMENT_SCHEMA = {
+    "type": "object",
+    "properties": {"amount": {"type": "integer", "maximum": 1000}, "to": {"type": "string"}},
+    "required": ["amount", "to"],
+}
+
+
+def a_payment_shard(shard_id: str, *, approvals_required: int = 1) -> None:
+    shard_create(
+        actor=Actor("executor"),
+        shard_id=shard_id,
+        shard_type="decision",
+        initial_value={"amount": 0, "to": ""},
+        reversible=False,
+        approvals_required=approvals_required,
+        value_schema=PAYMENT_SCHEMA,
+    )
+
+
+def keys() -> tuple[str, list[str]]:
+    """The agent's key and three officers' keys (three principals)."""
+    _, agent = api_key_create(
+        name="executor",
+        permissions=["shard:read", "shard:write", "approval:request"],
+        agent_ids=["executor"],
+    )
+    officers = [
+        api_key_create(name=f"officer-{n}", permissions=["shard:read", "approval:decide"])[1]
+        for n in range(3)
+    ]
+    return agent, officers
+
+
+def call(
+    url: str, key: str, agent: str, method: str, path: str, body: Any = None
+) -> httpx.Response:
+    headers = {"X-API-Key": key, "X-Agent-Id": agent}
+    return httpx.request(method, url + path, headers=headers, json=body, timeout=30)
+
+
+def ask(url: str, agent_key: str, shard_id: str, value: Any, **extra: Any) -> dict[str, Any]:
+    response = call(
+        url,
+        agent_key,
+        "executor",
+        "POST",
+        "/api/approvals/request",
+        {
+            "shard_id": shard_id,
+            "proposed_value": value,
+            "expected_version": 1,
+            "description": "Pay the supplier",
+            **extra,
+        },
+    )
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def test_an_approval_with_edits_commits_the_edited_value_and_records_both(live_server_url):
+    a_payment_shard("pay-edit")
+    agent, (officer, *_) = keys()
+    asked = ask(live_server_url, agent, "pay-edit", {"amount": 900, "to": "acme"})
+    ws_url = live_server_url.replace("http://", "ws://") + "/ws/agents/"
+
+    async def approve_while_listening() -> tuple[httpx.Response, dict[str, Any]]:
+        headers = {"X-API-Key": agent, "X-Agent-Id": "executor"}
+        async with websockets.connect(ws_url, additional_headers=headers) as socket:
+            await asyncio.sleep(0.2)  # the socket joins its group
+            response = await asyncio.to_thread(
+                call,
+                live_server_url,
+                officer,
+                "officer",
+                "POST",
+                f"/api/approvals/{asked['id']}/approve",
+                {"edited_value": {"amount": 500, "to": "acme"}, "reason": "half now"},
+            )
+            while True:
+                frame = json.loads(await asyncio.wait_for(socket.recv(), timeout=10))
+                if frame.get("type") == "approval_decided":
+                    return response, frame
+
+    response, frame = asyncio.run(approve_while_listening())
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["status"] == "committed"
+    assert body["proposed_value"] == {"amount": 900, "to": "acme"}
+    assert body["edited_value"] == {"amount": 500, "to": "acme"}
+    assert body["applied_value"] == {"amount": 500, "to": "acme"}
+    assert (body["edited"], body["edited_by"]) == (True, "agent:officer")
+    assert [d["kind"] for d in body["decisions"]] == ["edit"]
+    assert Shard.objects.get(pk="pay-edit").value == {"amount": 500, "to": "acme"}
+    assert frame["status"] == "committed" and frame["edited"] is True
+    entry = AuditEntry.objects.get(shard_id="pay-edit", action="approval.approved")
+    assert entry.value == {"amount": 500, "to": "acme"}
+    assert entry.details["edited"] is True and entry.details["proposed_hash"]
+    requested = AuditEntry.objects.get(shard_id="pay-edit", action="approval.requested")
+    assert requested.value == {"amount": 900, "to": "acme"}
+    commits = AuditEntry.objects.filter(shard_id="pay-edit", action="shard.commit")
+    assert [c.value for c in commits] == [{"amount": 500, "to": "acme"}]
+
+
+def test_an_edit_the_schema_refuses_leaves_the_request_pending_and_writes_nothing(
+    live_server_url,
+):
+    a_payment_shard("pay-refused")
+    agent, (officer, *_) = keys()
+    asked = ask(live_server_url, agent, "pay-refused", {"amount": 900, "to": "acme"})
+    entries_before = AuditEntry.objects.count()
+    response = call(
+        live_server_url,
+        officer,
+        "officer",
+        "POST",
+        f"/api/approvals/{asked['id']}/approve",
+        {"edited_value": {"amount": 5000, "to": "acme"}},
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "SCHEMA_VIOLATION"
+    approval = Approval.objects.get(pk=asked["id"])
+    assert (approval.status, approval.edited, approval.decisions.count()) == ("pending", False, 0)
+    assert AuditEntry.objects.count() == entries_before
+    assert Shard.objects.get(pk="pay-refused").version == 1
+    # Still decidable: the same officer approves the proposal as it stands.
+    again = call(
+        live_server_url, officer, "officer", "POST", f"/api/approvals/{asked['id']}/approve", {}
+    )
+    assert again.json()["status"] == "committed"
+    assert Shard.objects.get(pk="pay-refused").value == {"amount": 900, "to": "acme"}
+
+
+def test_an_edit_resets_the_quorum_to_the_editors_vote_for_the_edited_value(live_server_url):
+    a_payment_shard("pay-quorum", approvals_required=2)
+    agent, (first, editor, third) = keys()
+    asked = ask(live_server_url, agent, "pay-quorum", {"amount": 900, "to": "acme"})
+    path = f"/api/approvals/{asked['id']}/approve"
+    assert call(live_server_url, first, "o1", "POST", path, {}).json()["approvals_counted"] == 1
+    edited = call(
+        live_server_url, editor, "o2", "POST", path, {"edited_value": {"amount": 400, "to": "acme"}}
+    ).json()
+    # The first vote was for 900: it does not count toward 400.
+    assert (edited["status"], edited["approvals_counted"]) == ("pending", 1)
+    assert [(d["kind"], d["counts"]) for d in edited["decisions"]] == [
+        ("approve", False),
+        ("edit", True),
+    ]
+    assert Shard.objects.get(pk="pay-quorum").version == 1
+    # The first officer may now approve the edited value; that reaches the quorum.
+    done = call(live_server_url, first, "o1", "POST", path, {}).json()
+    assert (done["status"], done["approvals_counted"]) == ("committed", 2)
+    assert Shard.objects.get(pk="pay-quorum").value == {"amount": 400, "to": "acme"}
+    # The third officer comes too late; and nobody's vote ever wrote 900.
+    late = call(live_server_url, third, "o3", "POST", path, {})
+    assert late.json()["error"]["code"] == "APPROVAL_NOT_PENDING"
+    commits = AuditEntry.objects.filter(shard_id="pay-quorum", action="shard.commit")
+    assert [c.value for c in commits] == [{"amount": 400, "to": "acme"}]
+    reset = AuditEntry.objects.get(shard_id="pay-quorum", details__kind="edit")
+    assert len(reset.details["votes_reset"]) == 1
+
+
+def test_a_requester_cannot_edit_its_own_request(live_server_url):
+    a_payment_shard("pay-self")
+    _, key = api_key_create(
+        name="both", permissions=["shard:read", "approval:request", "approval:decide"]
+    )
+    asked = ask(live_server_url, key, "pay-self", {"amount": 1, "to": "x"})
+    response = call(
+        live_server_url,
+        key,
+        "executor",
+        "POST",
+        f"/api/approvals/{asked['id']}/approve",
+        {"edited_value": {"amount": 2, "to": "x"}},
+    )
+    assert response.json()["error"]["code"] == "SELF_APPROVAL"
+    assert Approval.objects.get(pk=asked["id"]).edited is False
+
+
+def test_request_changes_ends_the_request_and_a_new_one_follows_it(live_server_url):
+    a_payment_shard("pay-changes")
+    agent, (officer, *_) = keys()
+    asked = ask(live_server_url, agent, "pay-changes", {"amount": 900, "to": "acme"})
+    path = f"/api/approvals/{asked['id']}/request-changes"
+    no_message = call(live_server_url, officer, "officer", "POST", path, {})
+    assert no_message.status_code == 400
+    blank = call(live_server_url, officer, "officer", "POST", path, {"message": "  "})
+    assert blank.status_code == 400
+    assert Approval.objects.get(pk=asked["id"]).status == "pending"
+    response = call(
+        live_server_url, officer, "officer", "POST", path, {"message": "Split it in two"}
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["status"], body["reason"]) == ("changes_requested", "Split it in two")
+    assert [d["kind"] for d in body["decisions"]] == ["request_changes"]
+    assert Shard.objects.get(pk="pay-changes").version == 1
+    entry = AuditEntry.objects.get(shard_id="pay-changes", action="approval.changes_requested")
+    assert entry.details["reason"] == "Split it in two"
+    # Deciding it again is refused: it has ended.
+    late = call(
+        live_server_url, officer, "officer", "POST", f"/api/approvals/{asked['id']}/approve", {}
+    )
+    assert late.json()["error"]["code"] == "APPROVAL_NOT_PENDING"
+
+    follow = ask(
+        live_server_url,
+        agent,
+        "pay-changes",
+        {"amount": 450, "to": "acme"},
+        previous_id=asked["id"],
+    )
+    assert follow["previous_id"] == asked["id"]
+    shown = call(live_server_url, agent, "executor", "GET", f"/api/approvals/{follow['id']}")
+    assert shown.json()["previous_id"] == asked["id"]
+
+
+def test_previous_id_must_name_an_approval_of_the_same_shard_by_the_same_key(live_server_url):
+    a_payment_shard("pay-prev-a")
+    a_payment_shard("pay-prev-b")
+    agent, _ = keys()
+    _, other = api_key_create(
+        name="other", permissions=["shard:read", "approval:request"], agent_ids=["executor"]
+    )
+    first = ask(live_server_url, agent, "pay-prev-a", {"amount": 1, "to": "x"})
+    body = {"proposed_value": {"amount": 2, "to": "x"}, "expected_version": 1}
+    body |= {"description": "again"}
+
+    def follow(key: str, shard_id: str, previous_id: str) -> httpx.Response:
+        return call(
+            live_server_url,
+            key,
+            "executor",
+            "POST",
+            "/api/approvals/request",
+            {**body, "shard_id": shard_id, "previous_id": previous_id},
+        )
+
+    missing = follow(agent, "pay-prev-a", "apr_" + "0" * 24)
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "APPROVAL_NOT_FOUND")
+    assert follow(agent, "pay-prev-b", first["id"]).status_code == 400
+    assert follow(other, "pay-prev-a", first["id"]).status_code == 400
+    assert follow(agent, "pay-prev-a", "not-an-id").status_code == 400
+    assert Approval.objects.filter(shard_id__startswith="pay-prev").count() == 1
+
+
+def test_the_sdk_edits_asks_for_changes_and_waits_for_what_was_applied(live_server_url):
+    a_payment_shard("pay-sdk")
+    agent, (officer, *_) = keys()
+
+    async def scenario() -> None:
+        async with (
+            ApprovalClient(live_server_url, agent_id="executor", api_key=agent) as executor,
+            ApprovalClient(live_server_url, agent_id="officer", api_key=officer) as officers,
+        ):
+            first = await executor.request_approval(
+                "pay-sdk", {"amount": 900, "to": "acme"}, 1, "Pay"
+            )
+            waiting = asyncio.create_task(
+                executor.wait_for_approval(first.id, poll_seconds=0.2, timeout_seconds=30)
+            )
+            await asyncio.sleep(0.3)
+            await officers.request_changes(first.id, "Ask for 450")
+            changed = await waiting
+            assert (changed.status, changed.message) == ("changes_requested", "Ask for 450")
+            assert changed.is_decided and changed.rejection_reason is None
+
+            second = await executor.request_approval(
+                "pay-sdk", {"amount": 450, "to": "acme"}, 1, "Pay less", previous_id=first.id
+            )
+            assert second.previous_id == first.id
+            waiting = asyncio.create_task(
+                executor.wait_for_approval(second.id, poll_seconds=0.2, timeout_seconds=30)
+            )
+            await asyncio.sleep(0.3)
+            await officers.approve(second.id, edited_value={"amount": 400, "to": "acme"})
+            applied = await waiting
+            assert (applied.status, applied.applied) == ("approved", True)
+            assert applied.edited and applied.edited_value == {"amount": 400, "to": "acme"}
+            assert applied.applied_value == {"amount": 400, "to": "acme"}
+            assert applied.proposed_value == {"amount": 450, "to": "acme"}
+
+    asyncio.run(scenario())
+    assert Shard.objects.get(pk="pay-sdk").value == {"amount": 400, "to": "acme"}
