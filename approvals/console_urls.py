@@ -10,4 +10,5 @@ urlpatterns = [
     path("history", console.history, name="console-history"),
     path("approvals/<str:approval_id>", console.detail, name="console-detail"),
     path("approvals/<str:approval_id>/decide", console.decide, name="console-decide"),
+    path("approvals/<str:approval_id>/edit", console.edit_preview, name="console-edit"),
 ]
