@@ -14,7 +14,7 @@ import websockets
 
 from access.identity import Actor
 from access.services import api_key_create
-from approvals.models import Approval
+from approvals.models import Approval, WebhookDelivery, WebhookSubscription
 from audit.models import AuditEntry
 from shards.models import Shard
 from shards.services import shard_create
@@ -306,3 +306,40 @@ def test_the_sdk_edits_asks_for_changes_and_waits_for_what_was_applied(live_serv
 
     asyncio.run(scenario())
     assert Shard.objects.get(pk="pay-sdk").value == {"amount": 400, "to": "acme"}
+
+
+def test_webhooks_say_edited_and_carry_the_message_of_changes_requested(live_server_url):
+    WebhookSubscription.objects.create(
+        name="ops", url="http://127.0.0.1:9/hook", events=["approval.decided"]
+    )
+    a_payment_shard("pay-hooks")
+    agent, (officer, *_) = keys()
+    edited = ask(live_server_url, agent, "pay-hooks", {"amount": 900, "to": "acme"})
+    call(
+        live_server_url,
+        officer,
+        "officer",
+        "POST",
+        f"/api/approvals/{edited['id']}/approve",
+        {"edited_value": {"amount": 10, "to": "acme"}},
+    )
+    changed = ask(live_server_url, agent, "pay-hooks", {"amount": 20, "to": "acme"})
+    call(
+        live_server_url,
+        officer,
+        "officer",
+        "POST",
+        f"/api/approvals/{changed['id']}/request-changes",
+        {"message": "Name the invoice"},
+    )
+    payloads = {
+        d.approval_id: d.payload["data"]
+        for d in WebhookDelivery.objects.filter(event="approval.decided")
+    }
+    assert payloads[edited["id"]]["edited"] is True
+    assert payloads[edited["id"]]["edited_by"] == "agent:officer"
+    assert payloads[edited["id"]]["status"] == "committed"
+    assert "message" not in payloads[edited["id"]]
+    assert payloads[changed["id"]]["status"] == "changes_requested"
+    assert payloads[changed["id"]]["message"] == "Name the invoice"
+    assert payloads[changed["id"]]["edited"] is False
