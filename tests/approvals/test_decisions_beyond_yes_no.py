@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import httpx
@@ -18,6 +21,7 @@ from approvals.models import Approval, WebhookDelivery, WebhookSubscription
 from audit.models import AuditEntry
 from shards.models import Shard
 from shards.services import shard_create
+from tests.conftest import ROOT
 from zerolock_sdk.approvals import ApprovalClient
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
@@ -343,3 +347,35 @@ def test_webhooks_say_edited_and_carry_the_message_of_changes_requested(live_ser
     assert payloads[changed["id"]]["status"] == "changes_requested"
     assert payloads[changed["id"]]["message"] == "Name the invoice"
     assert payloads[changed["id"]]["edited"] is False
+
+
+def test_the_edits_example_asks_again_after_changes_and_reads_the_edited_value(
+    live_server_url,
+):
+    _, key = api_key_create(name="example", permissions=["admin"])
+    _, approver = api_key_create(name="approver", permissions=["approval:decide", "shard:read"])
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples/patterns/approval-edits/main.py"), "--auto-decide"],
+        env={
+            **os.environ,
+            "ZEROLOCK_URL": live_server_url,
+            "ZEROLOCK_API_KEY": key,
+            "ZEROLOCK_APPROVER_KEY": approver,
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "changes requested: At most 500, please" in result.stdout
+    assert "decided: approved, edited: True" in result.stdout
+    assert "applied value: {'to': 'acme', 'amount': 450}" in result.stdout
+    [first, second] = Approval.objects.filter(shard_id__startswith="example.payout.").order_by(
+        "created_at"
+    )
+    assert (first.status, second.previous_id, second.status) == (
+        "changes_requested",
+        first.id,
+        "committed",
+    )
