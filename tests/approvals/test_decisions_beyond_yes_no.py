@@ -379,3 +379,44 @@ def test_the_edits_example_asks_again_after_changes_and_reads_the_edited_value(
         first.id,
         "committed",
     )
+
+
+def test_racing_edits_and_approvals_commit_once_and_only_with_votes_for_the_applied_value(
+    live_server_url,
+):
+    a_payment_shard("pay-race", approvals_required=2)
+    agent, _ = keys()
+    officers = [
+        api_key_create(name=f"racer-{n}", permissions=["shard:read", "approval:decide"])[1]
+        for n in range(8)
+    ]
+    asked = ask(live_server_url, agent, "pay-race", {"amount": 900, "to": "acme"})
+    path = f"/api/approvals/{asked['id']}/approve"
+
+    async def decide(n: int) -> int:
+        # Even officers edit (each to its own amount), odd ones approve as it stands.
+        body = {"edited_value": {"amount": 100 + n, "to": "acme"}} if n % 2 == 0 else {}
+        async with httpx.AsyncClient(base_url=live_server_url, timeout=30) as client:
+            response = await client.post(
+                path, json=body, headers={"X-API-Key": officers[n], "X-Agent-Id": f"r{n}"}
+            )
+            return response.status_code
+
+    async def race() -> list[int]:
+        return await asyncio.gather(*(decide(n) for n in range(8)))
+
+    statuses = asyncio.run(race())
+    assert set(statuses) <= {200, 409}, statuses
+    approval = Approval.objects.get(pk=asked["id"])
+    assert approval.status == "committed"
+    commits = AuditEntry.objects.filter(shard_id="pay-race", action="shard.commit")
+    assert [c.value for c in commits] == [approval.value_to_apply]  # written once
+    assert Shard.objects.get(pk="pay-race").value == approval.value_to_apply
+    decisions = list(approval.decisions.order_by("created_at", "id"))
+    counted = [d for d in decisions if d.counts]
+    assert len(counted) == 2  # the quorum, no more
+    edits = [d for d in decisions if d.kind == "edit"]
+    if edits:  # every counted vote came at or after the edit that set the applied value
+        last_edit = edits[-1]
+        assert approval.edited_by == last_edit.decider
+        assert all(d.id >= last_edit.id for d in counted)
