@@ -278,7 +278,7 @@ def _edit(approval: Approval, decider: Decider, edited_value: Any) -> dict[str, 
         return None
     shard = shard_get(approval.shard_id)
     owner_check(shard, approval.requested_by)
-    proposed_value_check(edited_value)
+    proposed_value_check(edited_value, "edited_value")
     value_validate(shard.value_schema, edited_value)
     replaced = approval.decisions.filter(approve=True, counts=True).exclude(
         principal=decider.principal

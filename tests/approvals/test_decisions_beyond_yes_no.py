@@ -146,6 +146,20 @@ def test_an_edit_the_schema_refuses_leaves_the_request_pending_and_writes_nothin
     )
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "SCHEMA_VIOLATION"
+    # Past the body parser's depth cap (64): refused before the service sees it.
+    deep: Any = {"amount": 1, "to": "x"}
+    for _ in range(120):
+        deep = {"nested": deep}
+    too_deep = call(
+        live_server_url,
+        officer,
+        "officer",
+        "POST",
+        f"/api/approvals/{asked['id']}/approve",
+        {"edited_value": deep},
+    )
+    assert too_deep.status_code == 400, too_deep.text
+    assert too_deep.json()["error"]["code"] == "VALIDATION_ERROR"
     approval = Approval.objects.get(pk=asked["id"])
     assert (approval.status, approval.edited, approval.decisions.count()) == ("pending", False, 0)
     assert AuditEntry.objects.count() == entries_before
