@@ -25,6 +25,7 @@ STATUS_COLOURS = {
     ApprovalStatus.APPROVED_STALE: "#7a4b00; background:#ffe8b3; padding:0 .4em",
     ApprovalStatus.REJECTED: "#a12a2a",
     ApprovalStatus.EXPIRED: "#a12a2a",
+    ApprovalStatus.CHANGES_REQUESTED: "#7a4b00",
 }
 
 
@@ -39,6 +40,7 @@ class DecisionInline(admin.TabularInline):
         "api_key",
         "user",
         "approve",
+        "kind",
         "counts",
         "reason",
         "created_at",

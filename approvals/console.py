@@ -29,9 +29,10 @@ from access.auth import can_watch
 from audit.models import AuditEntry
 from common.errors import ApiError
 from shards.models import Shard
+from shards.value_schema import value_validate
 
 from . import policies, selectors, services
-from .diffs import approval_diff, stored_diff, unmoved
+from .diffs import ApprovalDiff, approval_diff, stored_diff, unmoved, value_diff
 from .diffview import shown, shown_diff
 from .models import Approval, ApprovalQuerySet, ApprovalStatus
 from .review import SummaryRow, change_summary, first_change
@@ -234,6 +235,8 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
     )
     current_value = shown(current["value"] if current else None)
     proposed_value = shown(approval.proposed_value)
+    # What an approval writes: a decider's edit replaces the proposal.
+    applied_value = shown(approval.value_to_apply)
     status = approval.effective_status
     trail = [
         TrailEntry(entry, json.dumps(entry.details, sort_keys=True))
@@ -250,18 +253,28 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
         # What approving would do now: the server's RFC 6902 patch against the
         # current value (the stored one while the shard has not moved); and,
         # once it has moved, what the agent meant beside it.
-        patch = approval_diff(approval, read.shard)
         base = current["value"] if moved and current else approval.value_at_request
+        patch = (
+            _edit_diff(base, approval) if approval.edited else approval_diff(approval, read.shard)
+        )
         summary = change_summary(patch.patch, base) if patch.patch is not None else None
         intended = asked_summary if moved else None
-        lines = shown_diff(current_value, proposed_value)
+        lines = shown_diff(current_value, applied_value)
     else:
         # A decided request shows what it asked for, from the value it was asked
         # against: a committed one's own commit is the current value, which
-        # compared with itself read "No change".
+        # compared with itself read "No change". An edited one, what it applied.
         patch, summary, intended = asked, asked_summary, None
-        lines = shown_diff(shown(approval.value_at_request), proposed_value)
-    mine = next((d for d in decisions if d.principal == f"user:{user.pk}"), None)
+        if approval.edited:
+            patch = _edit_diff(approval.value_at_request, approval)
+            summary = (
+                change_summary(patch.patch, approval.value_at_request)
+                if patch.patch is not None
+                else None
+            )
+        lines = shown_diff(shown(approval.value_at_request), applied_value)
+    # Counted only: an approval an edit replaced leaves its officer free to approve again.
+    mine = next((d for d in decisions if d.principal == f"user:{user.pk}" and d.counts), None)
     return render(
         request,
         "console/detail.html",
@@ -277,6 +290,17 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             "value_at_request": shown(approval.value_at_request).text,
             "current_value": current_value.text,
             "proposed_value": proposed_value.text,
+            "applied_value": applied_value.text,
+            # The editor starts from what an approval would write now.
+            "editor_value": json.dumps(
+                approval.value_to_apply, indent=2, sort_keys=True, ensure_ascii=False
+            ),
+            "previous": Approval.objects.filter(pk=approval.previous_id).first()
+            if approval.previous_id
+            else None,
+            "followers": list(
+                Approval.objects.filter(previous_id=approval.id).order_by("created_at")[:20]
+            ),
             "drifted": moved,
             "decisions": decisions,
             "approvals_counted": approval.approvals_counted(),
@@ -313,6 +337,12 @@ def _same_kind_covers(approval: Approval) -> list[str]:
     ]
 
 
+def _edit_diff(base: Any, approval: Approval) -> ApprovalDiff:
+    """From ``base`` to the edited value: what an edited request writes."""
+    result = value_diff(base, approval.edited_value)
+    return ApprovalDiff(result.patch, result.omitted, approval.version_at_request)
+
+
 def _settled(approval_id: str) -> str:
     """What an officer deciding a request that is no longer pending is told: who
     decided it, when, and what came of it. Empty while it is pending. (The one who
@@ -335,8 +365,13 @@ def _settled(approval_id: str) -> str:
         ApprovalStatus.REJECTED: "it was rejected, and nothing was written",
         ApprovalStatus.APPROVED_STALE: "it was approved but could not apply (stale); nothing "
         "was written",
+        ApprovalStatus.CHANGES_REQUESTED: "the agent was asked for changes, and nothing was "
+        "written",
     }.get(status, f"it is {status}")
-    verb = "rejected" if status == ApprovalStatus.REJECTED else "approved"
+    verb = {
+        ApprovalStatus.REJECTED: "rejected",
+        ApprovalStatus.CHANGES_REQUESTED: "asked for changes to",
+    }.get(status, "approved")
     return (
         f"{who} {verb} this a moment before you (at {when}): {outcome}. "
         "Your decision was not needed and was not recorded."
@@ -350,14 +385,26 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     if not _can_decide(request):
         raise PermissionDenied("Only risk officers may decide approvals.")
     action = request.POST.get("action")
-    if action not in ("approve", "reject"):
+    if action not in ("approve", "reject", "edit", "request_changes"):
         messages.error(request, "Choose approve or reject.")
         return redirect("console-detail", approval_id=approval_id)
+    decision: dict[str, Any] = {}
+    if action == "edit":
+        try:
+            decision["edited_value"] = json.loads(request.POST.get("edited_value", ""))
+        except ValueError as error:
+            messages.error(request, f"The edited value is not JSON ({error}); nothing was decided.")
+            return redirect("console-detail", approval_id=approval_id)
+    if action == "request_changes":
+        decision["request_changes"] = True
+        if not request.POST.get("message", "").strip():
+            messages.error(request, "Say what the agent should change: the message is required.")
+            return redirect("console-detail", approval_id=approval_id)
     settled = _settled(approval_id)
     if settled:
         messages.info(request, settled)
         return redirect("console-detail", approval_id=approval_id)
-    if action == "approve" and request.POST.get("override_stale") != "yes":
+    if action in ("approve", "edit") and request.POST.get("override_stale") != "yes":
         # A stale request would not apply: approving it needs the officer to say
         # they mean it, having seen the three values (the page asks for that).
         asked = Approval.objects.only("shard_id", "expected_version").filter(pk=approval_id).first()
@@ -375,8 +422,9 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
         approval = services.approval_decide(
             approval_id=approval_id,
             decider=services.Decider.user(user),
-            approve=action == "approve",
-            reason=request.POST.get("reason", ""),
+            approve=action in ("approve", "edit"),
+            reason=request.POST.get("message" if action == "request_changes" else "reason", ""),
+            **decision,
         )
     except ApiError as error:
         # Decided by someone else between the check above and this decision.
@@ -402,6 +450,8 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
         )
     elif approval.status == ApprovalStatus.REJECTED:
         messages.success(request, "Rejected. The requester has been told why.")
+    elif approval.status == ApprovalStatus.CHANGES_REQUESTED:
+        messages.success(request, "Changes requested. The agent has your message.")
     else:
         messages.success(
             request,
@@ -507,4 +557,54 @@ def history(request: HttpRequest) -> HttpResponse:
             "errors": errors,
         },
         status=400 if errors else 200,
+    )
+
+
+@login_required
+@require_POST
+def edit_preview(request: HttpRequest, approval_id: str) -> HttpResponse:
+    """Approve with edits, step two: the edited value's change against the
+    proposal, and the confirmation. Nothing is decided here; invalid JSON or a
+    value the shard's schema refuses is shown with the text kept for fixing."""
+    _watcher(request)
+    if not _can_decide(request):
+        raise PermissionDenied("Only risk officers may decide approvals.")
+    approval = Approval.objects.filter(pk=approval_id).first()
+    if approval is None:
+        return render(request, "console/missing.html", {"approval_id": approval_id}, status=404)
+    settled = _settled(approval_id)
+    if settled:
+        messages.info(request, settled)
+        return redirect("console-detail", approval_id=approval_id)
+    text = request.POST.get("edited_value", "")
+    error, edited, summary, omitted = "", None, None, ""
+    try:
+        edited = json.loads(text)
+    except ValueError as problem:
+        error = f"Not JSON: {problem}."
+    if not error:
+        shard = Shard.objects.filter(pk=approval.shard_id).first()
+        try:
+            if shard is not None:
+                value_validate(shard.value_schema, edited)
+        except ApiError as refusal:
+            error = f"{refusal.code}: {refusal.message}"
+    if not error:
+        patch = value_diff(approval.value_to_apply, edited)
+        omitted = patch.omitted
+        if patch.patch is not None:
+            summary = change_summary(patch.patch, approval.value_to_apply)
+    return render(
+        request,
+        "console/edit.html",
+        {
+            "approval": approval,
+            "text": text,
+            "error": error,
+            "summary": summary,
+            "diff_omitted": omitted,
+            "canonical": json.dumps(edited, sort_keys=True, ensure_ascii=False),
+            "unchanged": not error and summary is not None and not summary.rows,
+        },
+        status=400 if error else 200,
     )

@@ -15,4 +15,5 @@ urlpatterns = [
         console.approve_same_kind,
         name="console-approve-same-kind",
     ),
+    path("approvals/<str:approval_id>/edit", console.edit_preview, name="console-edit"),
 ]

@@ -47,13 +47,14 @@ def value_diff(old: Any, new: Any) -> BoundedDiff:
     return bounded_diff(old, new, diff_limits())
 
 
-def proposed_value_check(value: Any) -> None:
-    """400 for a value nested deeper than the console and the diff can show."""
+def proposed_value_check(value: Any, field: str = "proposed_value") -> None:
+    """400 for a value nested deeper than the console and the diff can show;
+    ``field`` names it (``edited_value`` for an approval with edits)."""
     limit = settings.ZEROLOCK_APPROVAL_MAX_DEPTH
     if json_too_deep(value, limit):
         raise Invalid(
-            f"proposed_value is nested more than {limit} levels deep.",
-            fields={"proposed_value": [f"nested more than {limit} levels deep"]},
+            f"{field} is nested more than {limit} levels deep.",
+            fields={field: [f"nested more than {limit} levels deep"]},
         )
 
 

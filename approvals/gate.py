@@ -39,7 +39,8 @@ def approval_verify(
             "WRONG_VERSION",
             f"Approval {approval_id} is for expected_version {approval.expected_version}.",
         )
-    if approval.proposed_hash != value_digest(new_value):
+    # An approval with edits is an approval of the edited value, not the proposal.
+    if value_digest(approval.value_to_apply) != value_digest(new_value):
         raise invalid("VALUE_MISMATCH", "new_value differs from the value that was approved.")
     if approval.status == ApprovalStatus.COMMITTED:
         raise invalid("ALREADY_USED", f"Approval {approval_id} has already been used.")

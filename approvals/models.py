@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -32,6 +33,18 @@ class ApprovalStatus(models.TextChoices):
     REJECTED = "rejected", "rejected"
     EXPIRED = "expired", "expired"
     COMMITTED = "committed", "committed"
+    # Ended by a decider who asks the agent for something else (``reason`` holds
+    # the message); nothing was written. The agent may ask again with previous_id.
+    CHANGES_REQUESTED = "changes_requested", "changes requested"
+
+
+class DecisionKind(models.TextChoices):
+    """What a decision did beyond ``approve``: plain decisions leave it blank."""
+
+    PLAIN = "", "approve or reject"
+    # An approval of a value the decider edited (``Approval.edited_value``).
+    EDIT = "edit", "approve with edits"
+    REQUEST_CHANGES = "request_changes", "request changes"
 
 
 def status_label(status: str) -> str:
@@ -159,7 +172,7 @@ class Approval(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=new_approval_id)
     shard_id = models.CharField(max_length=128, db_index=True)
     status = models.CharField(
-        max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING
+        max_length=24, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING
     )
     description = models.TextField()
     requested_by = models.CharField(max_length=128, db_index=True)
@@ -189,6 +202,13 @@ class Approval(models.Model):
     # the cap was hit, ``diff`` is null and ``diff_omitted`` says which one.
     diff = models.JSONField(null=True, blank=True)
     diff_omitted = models.CharField(max_length=16, blank=True)
+    # Set when a decider approved an edited value: the value that applies then.
+    # ``edited_by`` (the decider's name) tells an edit to null from no edit.
+    edited_value = models.JSONField(null=True, blank=True)
+    edited_by = models.CharField(max_length=160, blank=True)
+    # The earlier request (same shard, same requesting key) this one follows,
+    # typically after "changes requested".
+    previous_id = models.CharField(max_length=40, blank=True, db_index=True)
 
     objects = ApprovalQuerySet.as_manager()
 
@@ -201,6 +221,15 @@ class Approval(models.Model):
 
     def is_expired(self, now: datetime | None = None) -> bool:
         return self.expires_at <= (now or timezone.now())
+
+    @property
+    def edited(self) -> bool:
+        return bool(self.edited_by)
+
+    @property
+    def value_to_apply(self) -> Any:
+        """What an approval of this request writes: the edit, if any, else the proposal."""
+        return self.edited_value if self.edited else self.proposed_value
 
     def approvals_counted(self) -> int:
         """``quorum_count`` over ``decisions.all()``, so a prefetch serves it."""
@@ -238,10 +267,13 @@ class ApprovalDecision(models.Model):
         related_name="+",
     )
     agent_id = models.CharField(max_length=128, blank=True)  # the agent id the key claimed
-    # False only for rows from before principals were recorded in which one
-    # principal decided more than once (migration 0003): only its first counted.
+    # False for rows from before principals were recorded in which one principal
+    # decided more than once (migration 0003): only its first counted; and for
+    # approvals of a value a later edit replaced (services._edit): an approval
+    # counts for the value it saw, and its principal may vote again.
     counts = models.BooleanField(default=True)
     approve = models.BooleanField()
+    kind = models.CharField(max_length=20, choices=DecisionKind.choices, blank=True, default="")
     reason = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 

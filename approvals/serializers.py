@@ -23,6 +23,7 @@ from common.openapi import JSON_VALUE
 
 from .diffs import ApprovalDiff, approval_diff, stored_diff
 from .models import (
+    APPROVAL_ID_REGEX,
     Approval,
     ApprovalDecision,
     ApprovalStatus,
@@ -73,10 +74,30 @@ class ApprovalRequestSerializer(StrictSerializer):
         help_text="A JSON object for the officer: tool name, arguments, links, ticket "
         f"(at most {METADATA_MAX_BYTES // 1024} KiB, {METADATA_MAX_DEPTH} levels).",
     )
+    previous_id = serializers.RegexField(
+        APPROVAL_ID_REGEX,
+        required=False,
+        default="",
+        help_text="An earlier approval of the same shard, requested with the same key, "
+        "that this one follows (e.g. after changes were requested).",
+    )
 
 
 class DecisionSerializer(StrictSerializer):
     reason = StringField(required=False, allow_blank=True, default="", max_length=4000)
+
+
+class ApprovalDecisionRequestSerializer(DecisionSerializer):
+    """An approval: optionally of a value the decider edited."""
+
+    edited_value = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        help_text="Approve this value instead of the proposal. Checked like a commit (size, "
+        "the shard's value_schema and owners; a refusal leaves the request pending), then "
+        "committed at the approval's expected_version. Approvals cast for another value stop "
+        "counting: the edit is its decider's one vote for the edited value.",
+    )
 
 
 def _strip_class() -> str:
@@ -103,6 +124,12 @@ class RejectionSerializer(StrictSerializer):
     rejection needs a reason (``services.approval_decide`` refuses one without)."""
 
     reason = ReasonField(max_length=4000)
+
+
+class ChangesRequestSerializer(StrictSerializer):
+    """Request changes: ends the request; the message goes to the agent."""
+
+    message = ReasonField(max_length=4000)
 
 
 class ApprovalCursorField(serializers.RegexField):
@@ -140,7 +167,14 @@ class ApprovalDecisionSerializer(serializers.Serializer):
     principal = serializers.CharField(help_text='Who counts: "key:<prefix>" or "user:<id>".')
     principal_name = serializers.CharField(help_text="The key's name or the user's username.")
     agent_id = serializers.CharField(help_text="The agent id the key acted as; empty for people.")
-    counts = serializers.BooleanField(help_text="Whether this decision counts toward the quorum.")
+    counts = serializers.BooleanField(
+        help_text="Whether this decision counts toward the quorum (false once a later edit "
+        "replaced the value it approved)."
+    )
+    kind = serializers.ChoiceField(
+        choices=["approve", "reject", "edit", "request_changes"],
+        help_text="`edit`: an approval of the approval's edited_value.",
+    )
 
 
 class ApprovalSerializer(serializers.ModelSerializer):
@@ -165,6 +199,20 @@ class ApprovalSerializer(serializers.ModelSerializer):
     requested_key = serializers.DictField(
         help_text='The key that asked: {"name", "prefix"} as they were at request time.'
     )
+    edited_value = serializers.JSONField(
+        allow_null=True,
+        help_text="The value a decider approved instead of proposed_value (null unless "
+        "`edited`); it is what applies.",
+    )
+    edited = serializers.BooleanField(help_text="A decider edited the value.")
+    edited_by = serializers.CharField(help_text="Who edited it; empty unless `edited`.")
+    applied_value = serializers.JSONField(
+        allow_null=True,
+        help_text="What an approval writes: edited_value when edited, else proposed_value.",
+    )
+    previous_id = serializers.CharField(
+        allow_null=True, help_text="The earlier request this one follows, if any."
+    )
 
     class Meta:
         model = Approval
@@ -177,6 +225,11 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "requested_key",
             "metadata",
             "proposed_value",
+            "edited_value",
+            "edited",
+            "edited_by",
+            "applied_value",
+            "previous_id",
             "expected_version",
             "value_at_request",
             "version_at_request",
@@ -213,6 +266,7 @@ def decision_data(decision: ApprovalDecision) -> dict[str, Any]:
         "principal_name": decision.principal_name,
         "agent_id": decision.agent_id,
         "counts": decision.counts,
+        "kind": decision.kind or ("approve" if decision.approve else "reject"),
     }
 
 
@@ -253,6 +307,11 @@ def approval_data(
         },
         "metadata": approval.metadata,
         "proposed_value": approval.proposed_value,
+        "edited_value": approval.edited_value,
+        "edited": approval.edited,
+        "edited_by": approval.edited_by,
+        "applied_value": approval.value_to_apply,
+        "previous_id": approval.previous_id or None,
         "expected_version": approval.expected_version,
         "value_at_request": approval.value_at_request if sees_values else None,
         "version_at_request": approval.version_at_request,

@@ -31,7 +31,14 @@ from shards.writetx import WriteTx
 
 from . import policies, webhooks
 from .diffs import proposed_value_check, value_diff
-from .models import Approval, ApprovalDecision, ApprovalStatus, PolicyEffect, WebhookEvent
+from .models import (
+    Approval,
+    ApprovalDecision,
+    ApprovalStatus,
+    DecisionKind,
+    PolicyEffect,
+    WebhookEvent,
+)
 from .selectors import approval_get
 
 DEFAULT_TTL_SECONDS = 3600
@@ -115,12 +122,15 @@ def approval_request(
     ttl_seconds: int = DEFAULT_TTL_SECONDS,
     metadata: dict[str, Any] | None = None,
     key_name: str = "",
+    previous_id: str = "",
 ) -> Approval:
     if not MIN_TTL_SECONDS <= ttl_seconds <= MAX_TTL_SECONDS:
         raise Invalid(
             f"ttl_seconds must be between {MIN_TTL_SECONDS} and {MAX_TTL_SECONDS}.",
             fields={"ttl_seconds": ["out of range"]},
         )
+    if previous_id:
+        previous_check(previous_id, shard_id=shard_id, actor=actor)
     shard = shard_get(shard_id)
     if shard.type != ShardType.DECISION:
         raise Invalid(
@@ -155,6 +165,7 @@ def approval_request(
             expires_at=now + timedelta(seconds=ttl_seconds),
             diff=diff.patch,
             diff_omitted=diff.omitted,
+            previous_id=previous_id,
         )
         audit.append(
             action=AuditAction.APPROVAL_REQUESTED,
@@ -163,7 +174,11 @@ def approval_request(
             shard_id=shard_id,
             version_before=expected_version,
             value=proposed_value,
-            details={"approval_id": approval.id, "ttl_seconds": ttl_seconds},
+            details={
+                "approval_id": approval.id,
+                "ttl_seconds": ttl_seconds,
+                **({"previous_id": previous_id} if previous_id else {}),
+            },
         )
         send_event_on_commit("approval_changed", approval=approval, event="requested")
         webhooks.emit(WebhookEvent.REQUESTED, approval)
@@ -192,21 +207,68 @@ def _policy_decide(tx: WriteTx, approval: Approval, shard: Shard) -> None:
             continue
         approve = policy.effect == PolicyEffect.APPROVE
         rule = {"policy_id": policy.id, "when": policy.when, "effect": policy.effect}
-        _decide(tx, approval, decider, approve, policy.reason, rule=rule)
+        _decide(tx, approval, decider, approve, policy.reason, audited={"policy": rule})
         return
 
 
+def previous_check(previous_id: str, *, shard_id: str, actor: Actor) -> None:
+    """A request may follow an earlier one of the same shard by the same key."""
+    previous = Approval.objects.filter(pk=previous_id).first()
+    if previous is None:
+        raise ApiError(
+            ErrorCode.APPROVAL_NOT_FOUND,
+            f"No approval {previous_id!r}.",
+            approval_id=previous_id,
+        )
+    if previous.shard_id != shard_id:
+        raise Invalid(
+            f"Approval {previous_id} is for shard {previous.shard_id!r}, not {shard_id!r}.",
+            fields={"previous_id": ["another shard's approval"]},
+        )
+    if previous.requested_key_prefix != actor.key_prefix:
+        raise Invalid(
+            f"Approval {previous_id} was requested with another key.",
+            fields={"previous_id": ["another key's approval"]},
+        )
+
+
+class _NoEdit:
+    """``edited_value`` absent (None is a value an officer may approve)."""
+
+
+NO_EDIT: Any = _NoEdit()
+
+
 def approval_decide(
-    *, approval_id: str, decider: Decider, approve: bool, reason: str = ""
+    *,
+    approval_id: str,
+    decider: Decider,
+    approve: bool,
+    reason: str = "",
+    edited_value: Any = NO_EDIT,
+    request_changes: bool = False,
 ) -> Approval:
-    """Approve or reject. The final approval applies the commit through the same
-    OCC function as a direct commit, in the same transaction."""
+    """Approve or reject, or (``request_changes``) end the request with a message
+    for the agent. The final approval applies the commit through the same OCC
+    function as a direct commit, in the same transaction. ``edited_value``: the
+    decider approves this instead of the proposal (``_edit``: checked like a commit
+    before anything is stored)."""
     reason = reason.strip()
+    if request_changes and not reason:
+        raise Invalid(
+            "A request for changes needs a message for the agent.",
+            fields={"message": ["required"]},
+        )
     if not approve and not reason:
         raise Invalid(
             "A rejection needs a reason.",
             fields={"reason": ["required"]},
         )
+    kind = DecisionKind.PLAIN
+    if request_changes:
+        approve, kind = False, DecisionKind.REQUEST_CHANGES
+    elif approve and edited_value is not NO_EDIT:
+        kind = DecisionKind.EDIT
     expired = False
     with write_transaction() as tx:
         audit = tx.audit
@@ -224,7 +286,11 @@ def approval_decide(
                 current_status=approval.status,
             )
         else:
-            _decide(tx, approval, decider, approve, reason)
+            audited = None
+            if kind == DecisionKind.EDIT:
+                audited = _edit(approval, decider, edited_value)
+                kind = DecisionKind.EDIT if audited else DecisionKind.PLAIN
+            _decide(tx, approval, decider, approve, reason, kind, audited or {})
     if expired:
         raise ApiError(
             ErrorCode.APPROVAL_EXPIRED,
@@ -234,20 +300,56 @@ def approval_decide(
     return approval
 
 
+def _edit(approval: Approval, decider: Decider, edited_value: Any) -> dict[str, Any] | None:
+    """An approval with edits: the edited value is checked as the commit would
+    check it (size, the shard's schema and owners) and any refusal leaves the
+    request pending with nothing stored. Then it becomes the value the request
+    applies, and approvals cast for the value it replaces stop counting (their
+    principals may approve the new value): a vote counts for the value it saw,
+    so a quorum is never reached by votes for different values. An "edit" equal
+    to the value already to apply is a plain approval and resets nothing (None).
+    Returns what the decision's audit entry adds."""
+    if value_digest(edited_value) == value_digest(approval.value_to_apply):
+        return None
+    shard = shard_get(approval.shard_id)
+    owner_check(shard, approval.requested_by)
+    proposed_value_check(edited_value, "edited_value")
+    value_validate(shard.value_schema, edited_value)
+    replaced = approval.decisions.filter(approve=True, counts=True).exclude(
+        principal=decider.principal
+    )
+    # For the decision's audit entry (``_decide``), which also records the edited value.
+    audited = {
+        "edited": True,
+        "proposed_hash": value_digest(approval.proposed_value),
+        "replaced_hash": value_digest(approval.value_to_apply),
+        "edited_hash": value_digest(edited_value),
+        "votes_reset": sorted(replaced.values_list("principal", flat=True)),
+    }
+    replaced.update(counts=False)
+    # The editor's own earlier approval (of the value it now replaces) gives way too.
+    approval.decisions.filter(principal=decider.principal, counts=True).update(counts=False)
+    approval.edited_value, approval.edited_by = edited_value, decider.name
+    approval.save(update_fields=["edited_value", "edited_by"])
+    return audited
+
+
 def _decide(
     tx: WriteTx,
     approval: Approval,
     decider: Decider,
     approve: bool,
     reason: str,
-    *,
-    rule: dict[str, Any] | None = None,
+    kind: DecisionKind = DecisionKind.PLAIN,
+    audited: dict[str, Any] | None = None,
 ) -> None:
-    """``rule``: the standing policy deciding, named in the audit entry."""
+    """``audited``: what the decision's audit entry adds (an edit's hashes, or the
+    standing policy that decides, as ``policy``)."""
     audit = tx.audit
     # Writers are serialised by the audit head lock, so this check cannot race;
-    # the partial unique constraint backs it up.
-    earlier = approval.decisions.filter(principal=decider.principal).first()
+    # the partial unique constraint backs it up. Only counted decisions: an
+    # approval an edit replaced leaves its principal free to approve the edit.
+    earlier = approval.decisions.filter(principal=decider.principal, counts=True).first()
     if earlier is not None:
         raise ApiError(
             ErrorCode.ALREADY_DECIDED,
@@ -269,12 +371,19 @@ def _decide(
         user_id=decider.user_id,
         agent_id=decider.agent_id,
         approve=approve,
+        kind=kind,
         reason=reason,
         created_at=now,
     )
     approvals = approval.approvals_counted()
+    action = AuditAction.APPROVAL_APPROVED if approve else AuditAction.APPROVAL_REJECTED
+    if kind == DecisionKind.REQUEST_CHANGES:
+        action = AuditAction.APPROVAL_CHANGES_REQUESTED
+    # An edit's entry holds the edited value beside the proposal's hash (``_edit``).
+    edit_value = {"value": approval.edited_value} if kind == DecisionKind.EDIT else {}
     audit.append(
-        action=AuditAction.APPROVAL_APPROVED if approve else AuditAction.APPROVAL_REJECTED,
+        action=action,
+        **edit_value,
         agent_id=decider.name,
         key_prefix=decider.key_prefix,
         shard_id=approval.shard_id,
@@ -284,13 +393,16 @@ def _decide(
             "reason": reason,
             "approvals": approvals,
             "approvals_required": approval.approvals_required,
-            **({"policy": rule} if rule else {}),
+            **({"kind": kind.value} if kind else {}),
+            **(audited or {}),
         },
     )
     if approve and approvals < approval.approvals_required:
         send_event_on_commit("approval_changed", approval=approval, event="approved_partly")
         return
     approval.status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
+    if kind == DecisionKind.REQUEST_CHANGES:
+        approval.status = ApprovalStatus.CHANGES_REQUESTED
     approval.decided_at, approval.decided_by, approval.reason = now, decider.name, reason
     if approve:
         approval.commit = _apply(tx, approval, decider)
@@ -324,11 +436,14 @@ def _apply(tx: WriteTx, approval: Approval, decider: Decider) -> dict[str, Any]:
                 shard=shard,
                 actor=actor,
                 expected_version=approval.expected_version,
-                value=approval.proposed_value,
+                value=approval.value_to_apply,
                 rules=WriteRules(
                     approval_id=approval.id,
                     exemption=Exemption.APPROVED,
-                    details={"approved_by": decider.name},
+                    details={
+                        "approved_by": decider.name,
+                        **({"edited_by": approval.edited_by} if approval.edited else {}),
+                    },
                 ),
             )
         except ApiError as refusal:  # nothing was written: the approval shows why

@@ -22,4 +22,9 @@ urlpatterns = [
         views.ApprovalRejectView.as_view(),
         name="approval-reject",
     ),
+    path(
+        "approvals/<str:approval_id>/request-changes",
+        views.ApprovalRequestChangesView.as_view(),
+        name="approval-request-changes",
+    ),
 ]

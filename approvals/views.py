@@ -24,10 +24,12 @@ from .models import APPROVAL_ID_REGEX, Approval, ApprovalQuerySet
 from .selectors import ApprovalNow, approval_now, at_request
 from .serializers import (
     PAGE_MAX,
+    ApprovalDecisionRequestSerializer,
     ApprovalListQuerySerializer,
     ApprovalPageSerializer,
     ApprovalRequestSerializer,
     ApprovalSerializer,
+    ChangesRequestSerializer,
     DecisionSerializer,
     RejectionSerializer,
     approval_data,
@@ -170,32 +172,37 @@ class ApprovalDetailView(ApiView):
         return Response(approval_data(approval_now(approval)))
 
 
+def _decided(request: Request, approval_id: str, **decision: Any) -> Response:
+    """One decision by the calling key (``services.approval_decide``), rendered."""
+    visible_approval(request, approval_id)
+    approval = services.approval_decide(
+        approval_id=approval_id,
+        decider=services.Decider.agent(
+            principal(request).actor, user_id=principal(request).key.user_id
+        ),
+        **decision,
+    )
+    shown = sees_values(principal(request).key)
+    return Response(approval_data(approval_now(approval), sees_values=shown))
+
+
 class ApprovalDecideView(ApiView):
     required_permissions = {"POST": DECIDE}
     approve = True
 
     @extend_schema(
-        request=DecisionSerializer,
+        request=ApprovalDecisionRequestSerializer,
         responses={200: ApprovalSerializer, 409: CONFLICT},
         parameters=[APPROVAL_ID_PARAMETER],
     )
     def post(self, request: Request, approval_id: str) -> Response:
-        data = parsed(DecisionSerializer, request.data if request.data else {})
-        visible_approval(request, approval_id)
-        approval = services.approval_decide(
-            approval_id=approval_id,
-            decider=services.Decider.agent(
-                principal(request).actor, user_id=principal(request).key.user_id
-            ),
-            approve=self.approve,
-            reason=data["reason"],
-        )
-        shown = sees_values(principal(request).key)
-        return Response(approval_data(approval_now(approval), sees_values=shown))
+        data = parsed(ApprovalDecisionRequestSerializer, request.data if request.data else {})
+        edited = {"edited_value": data["edited_value"]} if "edited_value" in data else {}
+        return _decided(request, approval_id, approve=True, reason=data["reason"], **edited)
 
 
-class ApprovalRejectView(ApprovalDecideView):
-    approve = False
+class ApprovalRejectView(ApiView):
+    required_permissions = {"POST": DECIDE}
 
     @extend_schema(
         request=RejectionSerializer,
@@ -203,4 +210,22 @@ class ApprovalRejectView(ApprovalDecideView):
         parameters=[APPROVAL_ID_PARAMETER],
     )
     def post(self, request: Request, approval_id: str) -> Response:
-        return super().post(request, approval_id)
+        data = parsed(DecisionSerializer, request.data if request.data else {})
+        return _decided(request, approval_id, approve=False, reason=data["reason"])
+
+
+class ApprovalRequestChangesView(ApiView):
+    required_permissions = {"POST": DECIDE}
+
+    @extend_schema(
+        request=ChangesRequestSerializer,
+        responses={200: ApprovalSerializer, 409: CONFLICT},
+        parameters=[APPROVAL_ID_PARAMETER],
+        description="Ends the request with status `changes_requested`; the message (stored "
+        "as `reason`) goes to the agent, which may ask again naming `previous_id`.",
+    )
+    def post(self, request: Request, approval_id: str) -> Response:
+        data = parsed(ChangesRequestSerializer, request.data if request.data else {})
+        return _decided(
+            request, approval_id, approve=False, reason=data["message"], request_changes=True
+        )

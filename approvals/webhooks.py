@@ -82,6 +82,16 @@ def event_payload(event: str, approval: Approval) -> dict[str, Any]:
             "decided_at": iso_time(approval.decided_at),
             "decided_by": approval.decided_by,
             "reason": approval.reason,
+            # Approved with edits: what was written is the approval's applied_value
+            # (values stay out of payloads; the API has them).
+            "edited": approval.edited,
+            "edited_by": approval.edited_by,
+            "previous_id": approval.previous_id or None,
+            **(
+                {"message": approval.reason}
+                if approval.status == ApprovalStatus.CHANGES_REQUESTED
+                else {}
+            ),
             "commit": approval.commit,
             "console_path": f"/console/approvals/{approval.id}",
         },

@@ -53,6 +53,7 @@ class AuditAction(models.TextChoices):
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_APPROVED = "approval.approved"
     APPROVAL_REJECTED = "approval.rejected"
+    APPROVAL_CHANGES_REQUESTED = "approval.changes_requested"
     APPROVAL_EXPIRED = "approval.expired"
     APPROVAL_COMMITTED = "approval.committed"
     APPROVAL_COMMIT_FAILED = "approval.commit_failed"

@@ -317,6 +317,11 @@ def approval_changed(*, approval: Any, event: str) -> None:
                 "commit": approval.commit,
                 "reason": approval.reason,
                 "decided_by": approval.decided_by,
+                # An approval with edits wrote edited_value, not the proposal: the
+                # agent reads it with the approval (``applied_value``).
+                "edited": approval.edited,
+                # "changes_requested": what the decider asks the agent to change.
+                **({"message": approval.reason} if approval.status == "changes_requested" else {}),
             },
         )
     live_send(

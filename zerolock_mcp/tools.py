@@ -306,8 +306,11 @@ TOOLS: tuple[Tool, ...] = (
         "Read an approval. With wait_seconds (0-50) it waits until the approval is decided "
         "or the wait ends, whichever is first: call it again while status is 'pending'. "
         "'approved'/'committed': the value was applied; 'rejected': see rejection_reason "
-        "and do not retry unchanged; 'expired' or 'approved_stale': the shard moved on, "
-        "read it and ask again." + REFUSALS,
+        "and do not retry unchanged; 'changes_requested': reason is the officer's message: "
+        "change the value as asked and request again with previous_id set to this id; "
+        "'expired' or 'approved_stale': the shard moved on, read it and ask again. When "
+        "edited is true an officer changed the value: applied_value is what was written."
+        + REFUSALS,
         read_only=True,
         idempotent=True,
         local={

@@ -11,7 +11,7 @@ from typing import Any
 import websockets
 
 from .client import ZeroLockClient
-from .models import Approval
+from .models import NO_EDIT, Approval
 
 
 class ApprovalClient:
@@ -43,9 +43,15 @@ class ApprovalClient:
         description: str,
         *,
         ttl_seconds: int = 3600,
+        previous_id: str | None = None,
     ) -> Approval:
         return await self.client.request_approval(
-            shard_id, proposed_value, expected_version, description, ttl_seconds=ttl_seconds
+            shard_id,
+            proposed_value,
+            expected_version,
+            description,
+            ttl_seconds=ttl_seconds,
+            previous_id=previous_id,
         )
 
     async def wait_for_approval(
@@ -57,8 +63,10 @@ class ApprovalClient:
         poll_seconds: float | None = None,
     ) -> Approval:
         """Until the approval is decided: ``status`` is then "approved" (and
-        applied: ``commit`` has the version), "rejected" (``rejection_reason``),
-        "expired", or whatever else the server says. The ``approval_decided`` push
+        applied: ``commit`` has the version; ``applied_value`` is what was written,
+        the decider's ``edited_value`` when ``edited``), "rejected"
+        (``rejection_reason``), "changes_requested" (``message``: ask again with
+        ``previous_id``), "expired", or whatever else the server says. The ``approval_decided`` push
         ends the wait at once; polling every ``poll_interval_seconds`` (the seed's
         name; ``poll_seconds`` is the same) is the fallback. Raises
         ``TimeoutError`` if it is still pending after ``timeout_seconds``."""
@@ -103,8 +111,13 @@ class ApprovalClient:
     async def list_pending_approvals(self, **filters: Any) -> list[Approval]:
         return await self.client.list_approvals(status="pending", **filters)
 
-    async def approve(self, approval_id: str, reason: str = "") -> Approval:
-        return await self.client.approve(approval_id, reason)
+    async def approve(
+        self, approval_id: str, reason: str = "", *, edited_value: Any = NO_EDIT
+    ) -> Approval:
+        return await self.client.approve(approval_id, reason, edited_value=edited_value)
+
+    async def request_changes(self, approval_id: str, message: str) -> Approval:
+        return await self.client.request_changes(approval_id, message)
 
     async def reject(self, approval_id: str, reason: str) -> Approval:
         return await self.client.reject(approval_id, reason)

@@ -20,6 +20,7 @@ import httpx
 
 from .errors import MissingApiKeyError, RateLimitedError, ZeroLockError, error_from
 from .models import (
+    NO_EDIT,
     Approval,
     ClaimedTask,
     CommitOptions,
@@ -394,10 +395,13 @@ class ZeroLockClient:
         *,
         ttl_seconds: int = 3600,
         idempotency_key: str | None = None,
+        previous_id: str | None = None,
     ) -> Approval:
         """``idempotency_key``: a repeat of this request (same key and body) gets
         the first answer, the same approval, instead of asking the humans a second
-        time: a runtime's retried step, or a LangGraph node re-run on resume."""
+        time: a runtime's retried step, or a LangGraph node re-run on resume.
+        ``previous_id``: the earlier request (same shard, same key) this one
+        follows, e.g. after a decider asked for changes."""
         body = {
             "shard_id": shard_id,
             "proposed_value": proposed_value,
@@ -405,6 +409,8 @@ class ZeroLockClient:
             "description": description,
             "ttl_seconds": ttl_seconds,
         }
+        if previous_id:
+            body["previous_id"] = previous_id
         return Approval.from_json(
             await self.request(
                 "POST", "/api/approvals/request", json_body=body, idempotency_key=idempotency_key
@@ -428,9 +434,23 @@ class ZeroLockClient:
     async def get_approval(self, approval_id: str) -> Approval:
         return Approval.from_json(await self.request("GET", f"/api/approvals/{approval_id}"))
 
-    async def approve(self, approval_id: str, reason: str = "") -> Approval:
+    async def approve(
+        self, approval_id: str, reason: str = "", *, edited_value: Any = NO_EDIT
+    ) -> Approval:
+        """``edited_value``: approve this value instead of the proposal (None is a
+        value); the server checks it like a commit and applies it."""
+        body: dict[str, Any] = {"reason": reason}
+        if edited_value is not NO_EDIT:
+            body["edited_value"] = edited_value
+        data = await self.request("POST", f"/api/approvals/{approval_id}/approve", json_body=body)
+        return Approval.from_json(data)
+
+    async def request_changes(self, approval_id: str, message: str) -> Approval:
+        """Ends the request (status "changes_requested"); ``message`` goes to the agent."""
         data = await self.request(
-            "POST", f"/api/approvals/{approval_id}/approve", json_body={"reason": reason}
+            "POST",
+            f"/api/approvals/{approval_id}/request-changes",
+            json_body={"message": message},
         )
         return Approval.from_json(data)
 

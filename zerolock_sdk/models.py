@@ -94,6 +94,18 @@ class ApprovalStatus:
     # on after the request). Only reported for servers that say ``approved`` with
     # ``commit.error``; newer servers name this state themselves.
     STALE: Final = "stale"
+    # A decider asked for changes: nothing was written; ``message`` says what to
+    # change, and a new request may name this one as ``previous_id``.
+    CHANGES_REQUESTED: Final = "changes_requested"
+
+
+class _NoEdit:
+    def __repr__(self) -> str:
+        return "NO_EDIT"
+
+
+# ``approve(..., edited_value=...)`` left out: None is a value a decider may approve.
+NO_EDIT: Any = _NoEdit()
 
 
 def _sdk_status(server_status: str, commit: dict[str, Any] | None) -> str:
@@ -123,6 +135,13 @@ class Approval:
     diff: list[dict[str, Any]] | None = field(default_factory=list)
     diff_omitted: str | None = None
     server_status: str = ""
+    # A decider approved ``edited_value`` instead of the proposal (``edited``):
+    # that is what was written. ``applied_value`` is the one to read either way.
+    edited_value: Any = None
+    edited: bool = False
+    applied_value: Any = None
+    # The earlier request this one follows (see ``ApprovalStatus.CHANGES_REQUESTED``).
+    previous_id: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -138,6 +157,11 @@ class Approval:
     def rejection_reason(self) -> str | None:
         """The decider's reason when rejected (the seed's name); None otherwise."""
         return self.reason if self.status == ApprovalStatus.REJECTED else None
+
+    @property
+    def message(self) -> str | None:
+        """What the decider asks the agent to change, when changes were requested."""
+        return self.reason if self.status == ApprovalStatus.CHANGES_REQUESTED else None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Approval:
@@ -157,6 +181,11 @@ class Approval:
             diff=data.get("diff") if data.get("diff_truncated") else data.get("diff") or [],
             diff_omitted=data.get("diff_omitted"),
             server_status=server_status,
+            edited_value=data.get("edited_value"),
+            edited=data.get("edited", False),
+            # Servers before edits have no applied_value: the proposal is what applied.
+            applied_value=data.get("applied_value", data.get("proposed_value")),
+            previous_id=data.get("previous_id"),
             raw=data,
         )
 

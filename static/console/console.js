@@ -81,7 +81,8 @@
   }
 
   function decisionsClosed(why) {
-    document.querySelectorAll("#decide-form button, #decide-form input").forEach(function (b) {
+    // Every decision form: approve, reject, approve with edits, request changes.
+    document.querySelectorAll("#decide button, #decide input, #decide textarea").forEach(function (b) {
       b.disabled = true;
     });
     var form = document.getElementById("decide-form");

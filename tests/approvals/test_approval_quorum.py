@@ -207,6 +207,7 @@ def test_the_api_detail_shows_whose_approvals_count_and_the_progress(
         "principal_name": "night shift reviewer",
         "agent_id": "dec-a",
         "counts": True,
+        "kind": "approve",
     }
     listed = reviewer.get("/api/approvals").json()["results"][0]
     assert listed["approvals_counted"] == 1

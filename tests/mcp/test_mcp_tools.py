@@ -95,6 +95,7 @@ async def test_the_tools_are_listed_with_schemas_from_the_api_and_honest_hints(l
         "description",
         "ttl_seconds",
         "metadata",
+        "previous_id",  # ask again after changes_requested
     }
     assert arguments["approval_get"] == {"approval_id", "wait_seconds"}
     assert tools["approval_get"].input_schema["properties"]["wait_seconds"]["maximum"] == 50
