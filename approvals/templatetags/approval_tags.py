@@ -84,4 +84,5 @@ def _relative_seconds(seconds: float) -> str:
         return f"{s // 60} min"
     if s < 86400:
         return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 86400} d"
+    # Days, then hours: "170 h" reads as "soon" at a glance, "7 d 2 h" does not.
+    return f"{s // 86400} d {s % 86400 // 3600} h"

@@ -4,8 +4,11 @@
 
   function left(ms) {
     if (ms <= 0) return "expired";
-    var s = Math.floor(ms / 1000), h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
+    var s = Math.floor(ms / 1000), d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600);
+    var m = Math.floor((s % 3600) / 60);
     s = s % 60;
+    // Days first: a week-long request read "170h 3m 2s".
+    if (d) return d + "d " + h + "h";
     return (h ? h + "h " : "") + (h || m ? m + "m " : "") + s + "s";
   }
 
