@@ -28,7 +28,8 @@ def _anchor(url: str) -> str:
 def linked(text: str) -> SafeString:
     """``text`` escaped, with each http(s) URL in it a link. (Matched by scheme,
     so ``javascript:`` or ``data:`` text stays text.)"""
-    out, last = [], 0
+    out: list[str] = []
+    last = 0
     for match in _URL.finditer(text):
         url = match.group(0).rstrip(_TRAILING)
         out.append(escape(text[last : match.start()]))
@@ -49,7 +50,8 @@ def _markdown() -> Any | None:
     # fetch from the agent's choice of host as the officer reads) and no headings
     # (the agent's words must not look like the page's own titles).
     md = MarkdownIt("commonmark", {"html": False}).disable(["image", "heading", "lheading"])
-    md.validateLink = lambda url: url.strip().lower().startswith(SAFE_SCHEMES)
+    # markdown-it-py documents replacing validateLink to choose the schemes allowed.
+    md.validateLink = lambda url: url.strip().lower().startswith(SAFE_SCHEMES)  # type: ignore[method-assign]
 
     def link_open(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
         tokens[idx].attrSet("rel", LINK_REL)
