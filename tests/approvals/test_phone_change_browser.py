@@ -20,9 +20,7 @@ def box(page, selector: str) -> dict:
     return page.locator(selector).first.bounding_box()
 
 
-def test_at_phone_width_the_change_is_labelled_above_the_fold_and_approve_stays(
-    console, browser
-):
+def test_at_phone_width_the_change_is_labelled_above_the_fold_and_approve_stays(console, browser):
     from playwright.sync_api import expect
 
     executor = console["executor"]
@@ -60,12 +58,12 @@ def test_at_phone_width_the_change_is_labelled_above_the_fold_and_approve_stays(
         # Above the fold, and not hidden under the sticky decision.
         assert first["y"] + first["height"] <= min(decide["y"], PHONE["height"]), (kind, first)
         approve = box(page, "#approve")
-        assert 0 <= approve["y"] and approve["y"] + approve["height"] <= PHONE["height"], kind
+        assert approve["y"] >= 0 and approve["y"] + approve["height"] <= PHONE["height"], kind
         # Scrolled to the line diff and beyond, Approve is still in reach.
         page.locator("#line-diff").scroll_into_view_if_needed()
         page.mouse.wheel(0, 400)
         approve = box(page, "#approve")
-        assert 0 <= approve["y"] and approve["y"] + approve["height"] <= PHONE["height"], kind
+        assert approve["y"] >= 0 and approve["y"] + approve["height"] <= PHONE["height"], kind
         expect(page.locator("#approve")).to_be_visible()
 
     page.goto(f"{console['url']}/console/approvals/{kinds['number']}")
