@@ -209,15 +209,6 @@ def bulk_reject(request: HttpRequest) -> HttpResponse:
     return back
 
 
-def _approvers(approval: Approval) -> list[str]:
-    """Who has approved so far, by the names people know them by."""
-    return [
-        d.principal_name or d.decider.split(":", 1)[-1]
-        for d in approval.decisions.all()
-        if d.approve and d.counts
-    ]
-
-
 def _metadata_rows(metadata: object) -> list[tuple[str, dict[str, Any]]]:
     """Top-level keys in order, strings as they are, anything else as pretty
     JSON; the template escapes both (links are shown, not followed)."""
@@ -307,7 +298,7 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             "drifted": moved,
             "decisions": decisions,
             "approvals_counted": approval.approvals_counted(),
-            "approvers": _approvers(approval),
+            "approvers": selectors.approvers_of(approval),
             "my_decision": mine,
             "trail": trail,
             "irreversible": current is not None and not current["reversible"],
