@@ -288,6 +288,15 @@
     return target && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
   }
 
+  // A new filter starts the queue again at its first page; the 30 s refresh
+  // (which includes #queue-page) then stays on the page the filter chose.
+  function pageReset(event) {
+    var filters = document.getElementById("queue-filters"), page = document.getElementById("queue-page");
+    if (filters && page && filters.contains(event.target)) page.value = "";
+  }
+  document.addEventListener("change", pageReset, true);
+  document.addEventListener("submit", pageReset, true);
+
   function onKey(event) {
     if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
     if (document.querySelector("dialog[open]")) return;  // the dialog has the keyboard

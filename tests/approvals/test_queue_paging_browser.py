@@ -87,3 +87,28 @@ def test_a_week_long_request_counts_its_time_left_in_days(console, browser):
     page = browser(console["url"], "rita")
     countdown = page.locator(f"tr[data-approval-id='{week}'] .countdown")
     expect(countdown).to_have_text(re.compile(r"^6d 23h$"))
+
+
+def test_a_new_filter_on_page_two_starts_again_at_page_one_and_stays_there(console, browser):
+    from playwright.sync_api import expect
+
+    for n in range(203):
+        approval_request(
+            actor=Actor("executor"),
+            shard_id="budget",
+            proposed_value={"limit": n, "note": "start"},
+            expected_version=1,
+            description=f"Raise the limit to {n}",
+            ttl_seconds=600 + n,
+        )
+    page = browser(console["url"], "rita", path="/console/?page=2")
+    expect(page.locator("#queue-count")).to_contain_text("showing 201–203 of 203")
+    page.fill("input[name=requester]", "executor")  # matches all 203
+    page.press("input[name=requester]", "Enter")
+    expect(page.locator("#queue-count")).to_contain_text("showing 1–200 of 203")
+    # The periodic refresh (the same request as a live push) keeps page one.
+    with page.expect_response(lambda r: "/console/queue/rows" in r.url) as refreshed:
+        page.evaluate("document.body.dispatchEvent(new Event('zl-refresh'))")
+    assert "page=" not in refreshed.value.url.replace("page=&", "").removesuffix("page=")
+    page.wait_for_timeout(300)  # the swap after the response
+    expect(page.locator("#queue-count")).to_contain_text("showing 1–200 of 203")
