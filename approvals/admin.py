@@ -1,10 +1,10 @@
 from django import forms
-from django.contrib import admin
-from django.db.models import QuerySet
+from django.contrib import admin, messages
+from django.db.models import Count, Max, Q, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from . import policies
+from . import policies, webhooks
 from .models import (
     Approval,
     ApprovalDecision,
@@ -12,6 +12,7 @@ from .models import (
     ApprovalStatus,
     WebhookAttempt,
     WebhookDelivery,
+    WebhookDeliveryStatus,
     WebhookEvent,
     WebhookSubscription,
     status_label,
@@ -121,8 +122,61 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
     """The only place a webhook URL is set: admins, never API callers."""
 
     form = WebhookSubscriptionForm
-    list_display = ["name", "url", "events_shown", "active", "expiring_lead_seconds"]
+    list_display = [
+        "name",
+        "url",
+        "events_shown",
+        "active",
+        "expiring_lead_seconds",
+        "last_success",
+        "retrying",
+        "failed",
+    ]
     list_filter = ["active"]
+    actions = ["send_test_event"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WebhookSubscription]:
+        # Health at a glance, one statement for the whole list: when an endpoint
+        # last took a delivery, and how many are still retrying or were given up.
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                last_delivered=Max("deliveries__delivered_at"),
+                retrying_count=Count(
+                    "deliveries",
+                    filter=Q(deliveries__status=WebhookDeliveryStatus.RETRYING),
+                ),
+                failed_count=Count(
+                    "deliveries", filter=Q(deliveries__status=WebhookDeliveryStatus.FAILED)
+                ),
+            )
+        )
+
+    @admin.display(description="last success", ordering="last_delivered")
+    def last_success(self, subscription: WebhookSubscription) -> str:
+        moment = getattr(subscription, "last_delivered", None)
+        return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "never"
+
+    @admin.display(description="retrying", ordering="retrying_count")
+    def retrying(self, subscription: WebhookSubscription) -> int:
+        return int(getattr(subscription, "retrying_count", 0))
+
+    @admin.display(description="failed (gave up)", ordering="failed_count")
+    def failed(self, subscription: WebhookSubscription) -> int:
+        return int(getattr(subscription, "failed_count", 0))
+
+    @admin.action(description="Send a test event to the selected subscriptions")
+    def send_test_event(
+        self, request: HttpRequest, queryset: QuerySet[WebhookSubscription]
+    ) -> None:
+        sent = [webhooks.send_test(subscription) for subscription in queryset]
+        self.message_user(
+            request,
+            f"Queued {len(sent)} test event{'s' if len(sent) != 1 else ''} ({', '.join(sent)}); "
+            "see them under Webhook deliveries.",
+            messages.SUCCESS,
+        )
 
     @admin.display(description="events")
     def events_shown(self, subscription: WebhookSubscription) -> str:
@@ -145,6 +199,17 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
     ]
     list_filter = ["status", "event", "subscription"]
     search_fields = ["id", "approval_id"]
+    actions = ["redeliver"]
+
+    @admin.action(description="Redeliver the selected deliveries now")
+    def redeliver(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> None:
+        count = webhooks.redeliver(list(queryset.values_list("id", flat=True)))
+        self.message_user(
+            request,
+            f"Queued {count} deliver{'ies' if count != 1 else 'y'} again.",
+            messages.SUCCESS,
+        )
+
     readonly_fields = [
         "id",
         "subscription",

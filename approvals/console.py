@@ -24,6 +24,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import replace_url
 
 from access.auth import can_watch
 from audit.models import AuditEntry
@@ -76,13 +77,15 @@ class QueueRow:
 def _queue_filters(request: HttpRequest) -> dict[str, str]:
     filters = {
         name: request.GET.get(name, "").strip()[:128]
-        for name in ("sort", "shard", "requester", "within", "stale")
+        for name in ("sort", "shard", "requester", "q", "within", "stale", "page")
     }
     if filters["sort"] not in SORTS:
         filters["sort"] = "time_left"
     if not filters["within"].isdigit():
         filters["within"] = ""
     filters["stale"] = "1" if filters["stale"] in ("1", "on", "yes") else ""
+    if not filters["page"].isdigit() or int(filters["page"]) < 2:
+        filters["page"] = ""
     return filters
 
 
@@ -97,7 +100,13 @@ def queue(request: HttpRequest) -> HttpResponse:
 @require_GET
 def queue_rows(request: HttpRequest) -> HttpResponse:
     _watcher(request)
-    return render(request, "console/_queue_rows.html", _queue_context(request))
+    context = _queue_context(request)
+    response = render(request, "console/_queue_rows.html", context)
+    # The filters live in the address bar too: a reload, a bookmark or a link
+    # sent to a colleague shows the same queue.
+    # (Replaced, not pushed: the rows also refresh every 30 s.)
+    here = reverse("console-queue") + (f"?{context['query']}" if context["query"] else "")
+    return replace_url(response, here)
 
 
 @login_required
@@ -113,27 +122,44 @@ def _queue_context(request: HttpRequest) -> dict[str, Any]:
     now = timezone.now()
     approvals = Approval.objects.pending(now).on_shards_starting(filters["shard"])
     if filters["requester"]:
-        approvals = approvals.filter(requested_by=filters["requester"])
+        # A part of the agent's id is enough: officers remember "billing", not
+        # "billing-agent-7f3a".
+        approvals = approvals.filter(requested_by__icontains=filters["requester"])
+    if filters["q"]:
+        approvals = approvals.filter(description__icontains=filters["q"])
     if filters["within"]:
         minutes = min(int(filters["within"]), 7 * 24 * 60)
         approvals = approvals.expiring_by(now + timedelta(minutes=minutes))
-    # "Stale only" asks the one staleness rule, which lives in Python
-    # (selectors.approval_stale), over twice the page: a queue of more than 400
-    # pending requests may then show fewer stale ones than it has (narrow by
-    # shard prefix).
-    reads = selectors.approvals_now(
-        SORTS[filters["sort"]](approvals).with_decisions(), limit=QUEUE_LIMIT * 2
-    )
     if filters["stale"]:
-        reads = [read for read in reads if read.stale]
+        # The one staleness rule lives in Python (selectors.approval_stale): ask
+        # it of every match, reading only what it needs (no values), so the
+        # count and the pages are exact however long the queue.
+        thin = approvals.only("id", "shard_id", "expected_version")
+        approvals = approvals.filter(
+            pk__in=[read.approval.id for read in selectors.approvals_now(thin) if read.stale]
+        )
+    total = approvals.count()
+    pages = max(1, -(-total // QUEUE_LIMIT))
+    page = min(int(filters["page"] or 1), pages)
+    start = (page - 1) * QUEUE_LIMIT
+    reads = selectors.approvals_now(
+        SORTS[filters["sort"]](approvals).with_decisions()[start : start + QUEUE_LIMIT]
+    )
     rows = [
         QueueRow(read, *first_change(read.approval.diff, read.approval.value_at_request))
-        for read in reads[:QUEUE_LIMIT]
+        for read in reads
     ]
+    same = {k: v for k, v in filters.items() if v and k != "page"}
     return {
         "rows": rows,
         "now": now,
         "filters": filters,
+        "total": total,
+        "first": start + 1 if rows else 0,
+        "last": start + len(rows),
+        "previous_page": urlencode({**same, "page": page - 1}) if page > 1 else None,
+        "next_page": urlencode({**same, "page": page + 1}) if page < pages else None,
+        "filtered": any(filters[k] for k in ("shard", "requester", "q", "within", "stale")),
         "sorts": [("time_left", "time left"), ("age", "oldest first"), ("newest", "newest first")],
         "within_choices": [
             ("5", "5 min"),
@@ -141,6 +167,7 @@ def _queue_context(request: HttpRequest) -> dict[str, Any]:
             ("60", "1 hour"),
             ("240", "4 hours"),
             ("1440", "1 day"),
+            ("10080", "1 week"),
         ],
         "can_decide": _can_decide(request),
         "query": urlencode({k: v for k, v in filters.items() if v}),
@@ -181,15 +208,6 @@ def bulk_reject(request: HttpRequest) -> HttpResponse:
     if failed:
         messages.error(request, "Not rejected: " + "; ".join(failed))
     return back
-
-
-def _approvers(approval: Approval) -> list[str]:
-    """Who has approved so far, by the names people know them by."""
-    return [
-        d.principal_name or d.decider.split(":", 1)[-1]
-        for d in approval.decisions.all()
-        if d.approve and d.counts
-    ]
 
 
 def _metadata_rows(metadata: object) -> list[tuple[str, dict[str, Any]]]:
@@ -304,7 +322,7 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             "drifted": moved,
             "decisions": decisions,
             "approvals_counted": approval.approvals_counted(),
-            "approvers": _approvers(approval),
+            "approvers": selectors.approvers_of(approval),
             "my_decision": mine,
             "trail": trail,
             "irreversible": current is not None and not current["reversible"],

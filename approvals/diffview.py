@@ -52,10 +52,14 @@ def _pointer_token(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def pretty_lines(value: Any) -> tuple[list[str], list[str]]:
+def pretty_lines(value: Any, *, split_text: bool = False) -> tuple[list[str], list[str]]:
     """``json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)`` split
     into lines, with the path each line sits in. Only for values already known
-    to be within the depth cap (it recurses)."""
+    to be within the depth cap (it recurses).
+
+    ``split_text``: a string holding newlines is printed over as many lines
+    (the continuation lines indented under it), so a diff of a policy text shows
+    the one line that changed instead of one long JSON line full of ``\\n``."""
     lines: list[str] = []
     paths: list[str] = []
 
@@ -90,6 +94,14 @@ def pretty_lines(value: Any) -> tuple[list[str], list[str]]:
                 )
             lines.append(f"{pad}]{suffix}")
             paths.append(own)
+        elif split_text and isinstance(node, str) and "\n" in node:
+            parts = [json.dumps(part, ensure_ascii=False)[1:-1] for part in node.split("\n")]
+            lines.append(f'{pad}{prefix}"{parts[0]}')
+            lines.extend(f"{pad}  {part}" for part in parts[1:-1])
+            lines.append(f'{pad}  {parts[-1]}"{suffix}')
+            # The continuation lines sit in the string itself: a change there is
+            # headed by the string's own path ("in /text"), not its parent's.
+            paths.extend([where] + [own] * (len(parts) - 1))
         else:
             lines.append(f"{pad}{prefix}{json.dumps(node, ensure_ascii=False)}{suffix}")
             paths.append(where)
@@ -107,8 +119,11 @@ def shown(value: Any) -> Shown:
         size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
         cap = settings.ZEROLOCK_APPROVAL_DIFF_MAX_BYTES
         if size <= cap:
-            lines, paths = pretty_lines(value)
-            return Shown("\n".join(lines), "", tuple(lines), tuple(paths))
+            # The text is the JSON (the three values); the lines, which the line
+            # diff compares, print multi-line strings over several lines.
+            lines, paths = pretty_lines(value, split_text=True)
+            text = "\n".join(pretty_lines(value)[0])
+            return Shown(text, "", tuple(lines), tuple(paths))
         why = f"{size // 1024:,} KiB of JSON, above the {cap // 1024:,} KiB shown here"
     return Shown(f"(not shown here: {why}; the API returns the whole value)", why)
 

@@ -260,5 +260,29 @@ def first_change(patch: list[dict[str, Any]] | None, base: Any) -> tuple[Summary
             last == "-" or (last.isdigit() and int(last) == len(container))
         ):
             name = "append"
+    if isinstance(old, str) and isinstance(new, str):
+        old, new = text_window(old, new)
     row = SummaryRow(op=name, path=path, parent=_parent(path), old=_short(old), new=_short(new))
     return row, len(patch) - 1
+
+
+PREVIEW_LEAD = 12  # characters kept before the first difference
+PREVIEW_SPAN = 28
+
+
+def text_window(old: str, new: str) -> tuple[str, str]:
+    """The stretch of two texts where they first differ, "…" marking what is cut:
+    a preview that shows the start of two policies 2,000 characters long shows
+    two equal openings, and the officer learns nothing."""
+    same = 0
+    for a, b in zip(old, new, strict=False):
+        if a != b:
+            break
+        same += 1
+    start = max(0, same - PREVIEW_LEAD)
+
+    def cut(text: str) -> str:
+        piece = text[start : start + PREVIEW_SPAN]
+        return ("…" if start else "") + piece + ("…" if start + PREVIEW_SPAN < len(text) else "")
+
+    return cut(old), cut(new)

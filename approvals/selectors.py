@@ -164,6 +164,41 @@ def listed(approvals: ApprovalQuerySet, *, start: int, count: int) -> tuple[int,
     )
 
 
+def approvers_of(approval: Approval) -> list[str]:
+    """Who approved it (decisions that count), by the names people know them by.
+    Read from ``approval.decisions``: prefetch them (``with_decisions``) for many."""
+    return [
+        d.principal_name or d.decider.split(":", 1)[-1]
+        for d in approval.decisions.all()
+        if d.approve and d.counts
+    ]
+
+
+@dataclass(frozen=True)
+class ApprovedCommit:
+    approval_id: str
+    approvers: list[str]
+
+
+def approvals_of_commits(shard_id: str, audit_entry_ids: list[int]) -> dict[int, ApprovedCommit]:
+    """For a shard's history: which of these commits (by audit entry) an approval
+    made, and who approved it. One statement for the approvals, one for their
+    decisions, whatever the page's length."""
+    approvals = (
+        Approval.objects.filter(
+            shard_id=shard_id,
+            status=ApprovalStatus.COMMITTED,
+            commit__audit_entry_id__in=audit_entry_ids,
+        )
+        .only("id", "commit")
+        .with_decisions()
+    )
+    return {
+        approval.commit["audit_entry_id"]: ApprovedCommit(approval.id, approvers_of(approval))
+        for approval in approvals
+    }
+
+
 def approval_counts() -> dict[str, int]:
     """How many approvals are in each (effective) status: GET /api/metrics and
     the metrics page show it."""

@@ -11,9 +11,10 @@ On the wire, a JSON POST with
     webhook-timestamp: <unix seconds>
     webhook-signature: v1,<base64 HMAC-SHA256 over "<id>.<timestamp>.<body>">
 keyed with the base64-decoded part of the subscription's ``whsec_`` secret.
-A failed attempt is retried with exponential backoff
-(``ZEROLOCK_WEBHOOK_RETRY_BASE_SECONDS`` x 2^n, ``ZEROLOCK_WEBHOOK_MAX_ATTEMPTS``
-attempts in all); every attempt is recorded and shown in admin."""
+A failed attempt is retried with exponential backoff (``retry_delays``: by
+default 10 s doubling up to an hour, 15 attempts over about 6.4 hours); every
+attempt is recorded and shown in admin, where an admin can also redeliver a
+delivery or send a subscription a test event."""
 
 from __future__ import annotations
 
@@ -45,12 +46,27 @@ from .models import (
     WebhookSubscription,
     status_label,
 )
+from .review import change_summary
 
 logger = logging.getLogger(__name__)
+PAYLOAD_CHANGES = 10  # rows of the change summary in a payload; "change_more" counts the rest
 
 
 def retry_base_seconds() -> float:
     return settings.ZEROLOCK_WEBHOOK_RETRY_BASE_SECONDS
+
+
+def retry_delay(number: int) -> float:
+    """The wait after failed attempt ``number`` (1-based): doubling from the base,
+    capped, so the schedule reaches hours rather than ending in minutes."""
+    return min(
+        retry_base_seconds() * 2 ** (number - 1), settings.ZEROLOCK_WEBHOOK_RETRY_MAX_SECONDS
+    )
+
+
+def retry_delays() -> list[float]:
+    """The whole schedule: the waits between the attempts of one delivery."""
+    return [retry_delay(number) for number in range(1, max_attempts())]
 
 
 def max_attempts() -> int:
@@ -65,6 +81,11 @@ def event_payload(event: str, approval: Approval) -> dict[str, Any]:
     """What a receiver needs to act: who asked for what, and what became of it.
     Not the values themselves (they may be large or sensitive): the console
     link and the API have them."""
+    summary = (
+        change_summary(approval.diff, approval.value_at_request, limit=PAYLOAD_CHANGES)
+        if approval.diff is not None
+        else None
+    )
     return {
         "type": event,
         "timestamp": iso_time(timezone.now()),
@@ -94,8 +115,55 @@ def event_payload(event: str, approval: Approval) -> dict[str, Any]:
             ),
             "commit": approval.commit,
             "console_path": f"/console/approvals/{approval.id}",
+            # Absolute: a receiver (a chat message, a mail) has no base to resolve a path.
+            "console_url": console_url(f"/console/approvals/{approval.id}"),
+            # What the request changes, as the console's summary says it (short JSON
+            # per path, from the value at request); null when the diff was left out.
+            "change": None
+            if summary is None
+            else [
+                {"op": row.op, "path": row.path, "old": row.old, "new": row.new}
+                for row in summary.rows
+            ],
+            "change_more": summary.more if summary is not None else 0,
         },
     }
+
+
+def console_url(path: str) -> str:
+    return f"{settings.ZEROLOCK_PUBLIC_URL}{path}"
+
+
+TEST_EVENT = "webhook.test"
+
+
+def send_test(subscription: WebhookSubscription) -> str:
+    """A signed ``webhook.test`` delivery to ``subscription``, sent like any other
+    (admin's "Send a test event"): proves the URL, the secret and the network."""
+    delivery = WebhookDelivery.objects.create(
+        id=f"msg_{secrets.token_hex(12)}",
+        subscription=subscription,
+        event=TEST_EVENT,
+        approval_id="",
+        payload={
+            "type": TEST_EVENT,
+            "timestamp": iso_time(timezone.now()),
+            "data": {"subscription": subscription.name, "console_url": console_url("/console/")},
+        },
+    )
+    transaction.on_commit(lambda: enqueue([delivery.id]))
+    return delivery.id
+
+
+def redeliver(ids: list[str]) -> int:
+    """Sends these deliveries again now, whatever became of them (admin's
+    "Redeliver"): same id, so a receiver that keeps ids drops a duplicate. One
+    that had used up its schedule gets one attempt; one still inside it carries on."""
+    count = WebhookDelivery.objects.filter(pk__in=ids).update(
+        status=WebhookDeliveryStatus.RETRYING, next_attempt_at=timezone.now()
+    )
+    transaction.on_commit(lambda: enqueue(ids))
+    return count
 
 
 def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
@@ -193,12 +261,12 @@ def deliver(delivery_id: str) -> str:
     elif number >= max_attempts():
         delivery.status = WebhookDeliveryStatus.FAILED
     else:
-        delay = retry_base_seconds() * 2 ** (number - 1)
+        delay = retry_delay(number)
         delivery.status = WebhookDeliveryStatus.RETRYING
         delivery.next_attempt_at = timezone.now() + timedelta(seconds=delay)
     delivery.save(update_fields=["attempts", "status", "delivered_at", "next_attempt_at"])
     if delivery.status == WebhookDeliveryStatus.RETRYING:
-        enqueue([delivery.id], countdown=retry_base_seconds() * 2 ** (number - 1))
+        enqueue([delivery.id], countdown=retry_delay(number))
     return delivery.status
 
 

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET
 
 from access.auth import can_watch
 from approvals.diffview import line_diff, pretty
-from approvals.selectors import approval_counts, pending_on_shard
+from approvals.selectors import approval_counts, approvals_of_commits, pending_on_shard
 from audit.models import AuditAction, AuditEntry
 from coordination.reservations import reservations_list
 from coordination.sessions import agents_live
@@ -95,8 +95,12 @@ def _shard_context(request: HttpRequest, shard_id: str) -> dict | None:
     shard.value = shard_current_value(shard)
     history = AuditEntry.objects.history_of(shard).reverse()
     page = Paginator(history, HISTORY_PAGE).get_page(request.GET.get("page"))
+    # A commit an approval made links to it and names who approved it: the
+    # history answers "who let this through?" without a search.
+    approved = approvals_of_commits(shard.id, [entry.id for entry in page])
     for entry in page:
         entry.value_json = json.dumps(entry.value, sort_keys=True)
+        entry.approved = approved.get(entry.id)
     conflicts = list(
         AuditEntry.objects.filter(
             shard_id=shard.id,
@@ -197,7 +201,9 @@ def _minute(series: list[dict]) -> dict:
     for shard_id, outcome in samples.values_list("shard_id", "outcome"):
         row = hot.setdefault(shard_id, {"shard_id": shard_id, "commits": 0, "conflicts": 0})
         row["commits" if outcome == CommitSample.OK else "conflicts"] += 1
-    ranked = sorted(hot.values(), key=lambda r: (-(r["commits"] + r["conflicts"]), r["shard_id"]))
+    # By commits, as the table's title says; conflicts only break ties (a shard
+    # hammered by refused writes is not the hottest writer).
+    ranked = sorted(hot.values(), key=lambda r: (-r["commits"], -r["conflicts"], r["shard_id"]))
     seconds = len(series)
     return {
         "seconds": seconds,

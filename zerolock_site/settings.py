@@ -463,9 +463,16 @@ ZEROLOCK_DRAIN_SECONDS = env_float("ZEROLOCK_DRAIN_SECONDS", 4.0)
 # addresses with it.
 PORT = os.environ.get("PORT", "8000")
 # Webhook deliveries (approvals/webhooks.py): retries back off
-# RETRY_BASE_SECONDS x 2^n, up to MAX_ATTEMPTS tries of TIMEOUT_SECONDS each.
+# RETRY_BASE_SECONDS x 2^n, each wait at most RETRY_MAX_SECONDS, up to MAX_ATTEMPTS
+# tries of TIMEOUT_SECONDS each. The defaults keep trying for about 6.4 hours (6
+# attempts of 10 s doubling gave up after 5 minutes: a receiver restarted over
+# lunch lost every event).
 ZEROLOCK_WEBHOOK_RETRY_BASE_SECONDS = env_float("ZEROLOCK_WEBHOOK_RETRY_BASE_SECONDS", 10.0)
-ZEROLOCK_WEBHOOK_MAX_ATTEMPTS = int(env_float("ZEROLOCK_WEBHOOK_MAX_ATTEMPTS", 6))
+ZEROLOCK_WEBHOOK_RETRY_MAX_SECONDS = env_float("ZEROLOCK_WEBHOOK_RETRY_MAX_SECONDS", 3600.0)
+ZEROLOCK_WEBHOOK_MAX_ATTEMPTS = int(env_float("ZEROLOCK_WEBHOOK_MAX_ATTEMPTS", 15))
+# Where people reach this server: webhook payloads link the console with it
+# (a receiver, a chat message or a mail needs an absolute address).
+ZEROLOCK_PUBLIC_URL = os.environ.get("ZEROLOCK_PUBLIC_URL", f"http://localhost:{PORT}").rstrip("/")
 ZEROLOCK_WEBHOOK_TIMEOUT_SECONDS = env_float("ZEROLOCK_WEBHOOK_TIMEOUT_SECONDS", 5.0)
 # A connection that has not sent a whole request head this long after it opened
 # (or, kept alive, after the first byte of its next request) is closed: 408 if a

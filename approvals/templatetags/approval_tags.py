@@ -10,6 +10,7 @@ from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
 from access.auth import can_watch
+from approvals import agent_text
 from approvals.models import Approval
 from approvals.models import status_label as label_of
 
@@ -31,6 +32,18 @@ def marked(segments) -> str:
             for s in segments
         )
     )
+
+
+@register.filter
+def markdown_safe(text: str) -> str:
+    """The agent's description, markdown rendered safely (approvals/agent_text.py)."""
+    return agent_text.markdown_safe(text)
+
+
+@register.filter
+def linked(text: str) -> str:
+    """Escaped text with its http(s) URLs as links (approvals/agent_text.py)."""
+    return agent_text.linked(text)
 
 
 OP_LABELS = {
@@ -84,4 +97,5 @@ def _relative_seconds(seconds: float) -> str:
         return f"{s // 60} min"
     if s < 86400:
         return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 86400} d"
+    # Days, then hours: "170 h" reads as "soon" at a glance, "7 d 2 h" does not.
+    return f"{s // 86400} d {s % 86400 // 3600} h"

@@ -4,8 +4,11 @@
 
   function left(ms) {
     if (ms <= 0) return "expired";
-    var s = Math.floor(ms / 1000), h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
+    var s = Math.floor(ms / 1000), d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600);
+    var m = Math.floor((s % 3600) / 60);
     s = s % 60;
+    // Days first: a week-long request read "170h 3m 2s".
+    if (d) return d + "d " + h + "h";
     return (h ? h + "h " : "") + (h || m ? m + "m " : "") + s + "s";
   }
 
@@ -298,6 +301,15 @@
   function typing(target) {
     return target && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
   }
+
+  // A new filter starts the queue again at its first page; the 30 s refresh
+  // (which includes #queue-page) then stays on the page the filter chose.
+  function pageReset(event) {
+    var filters = document.getElementById("queue-filters"), page = document.getElementById("queue-page");
+    if (filters && page && filters.contains(event.target)) page.value = "";
+  }
+  document.addEventListener("change", pageReset, true);
+  document.addEventListener("submit", pageReset, true);
 
   function onKey(event) {
     if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;

@@ -3,9 +3,8 @@
   "use strict";
   var script = document.getElementById("metrics-script");
   var url = script.dataset.url;
-  var history = { pending: [], wsSent: [], wsNaive: [], labels: [] };
+  var polled = {};  // server second ("HH:MM:SS") -> what the poll read then
   var lastWs = null;
-  var KEEP = 60;
 
   function line(id, datasets, options) {
     return new Chart(document.getElementById(id), {
@@ -55,9 +54,10 @@
     document.getElementById("metrics-empty").hidden = !quiet;
     hotShards(tiles.hot);
 
-    var now = clock(new Date().toISOString());
-    history.labels.push(now);
-    history.pending.push(data.approvals.pending);
+    // One clock for all four charts: the server's seconds, the same x range as
+    // the commit charts (the browser's clock drifted from it, and the two lower
+    // charts once covered a different minute). Polled figures sit at the second
+    // they were read; seconds between polls are gaps, not zeros.
     var sent = 0, naive = 0;
     if (lastWs) {
       var dt = (Date.now() - lastWs.at) / 1000;
@@ -65,13 +65,13 @@
       naive = (data.ws.naive_broadcast_messages - lastWs.naive) / dt;
     }
     lastWs = { at: Date.now(), sent: data.ws.messages_sent, naive: data.ws.naive_broadcast_messages };
-    history.wsSent.push(Math.max(0, sent)); history.wsNaive.push(Math.max(0, naive));
-    if (history.labels.length > KEEP) {
-      ["labels", "pending", "wsSent", "wsNaive"].forEach(function (k) { history[k].shift(); });
-    }
-    approvals.data.labels = history.labels; approvals.data.datasets[0].data = history.pending;
-    ws.data.labels = history.labels;
-    ws.data.datasets[0].data = history.wsSent; ws.data.datasets[1].data = history.wsNaive;
+    var at = labels.length ? labels[labels.length - 1] : clock(new Date().toISOString());
+    polled[at] = { pending: data.approvals.pending, sent: Math.max(0, sent), naive: Math.max(0, naive) };
+    Object.keys(polled).forEach(function (k) { if (labels.indexOf(k) < 0 && k !== at) delete polled[k]; });
+    function at_(key) { return labels.map(function (l) { return polled[l] ? polled[l][key] : null; }); }
+    approvals.data.labels = labels; approvals.data.datasets[0].data = at_("pending");
+    ws.data.labels = labels;
+    ws.data.datasets[0].data = at_("sent"); ws.data.datasets[1].data = at_("naive");
     approvals.update(); ws.update();
 
     text("tile-commits", tiles.commits_per_second.toFixed(2));

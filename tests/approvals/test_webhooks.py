@@ -31,6 +31,7 @@ from tests.conftest import ROOT, server_env
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
+PUBLIC_URL = "https://zerolock.example"
 ALL_EVENTS = ["approval.requested", "approval.decided", "approval.expiring", "approval.expired"]
 
 
@@ -370,5 +371,87 @@ def test_admins_manage_subscriptions_and_see_every_attempt_in_admin(worker, api)
         assert "502" in html and "200" in html and "delivered" in html
         listing = admin.get("/admin/approvals/webhookdelivery/").content.decode()
         assert delivery.id in listing
+    finally:
+        receiver.close()
+
+
+def test_the_default_schedule_keeps_trying_for_hours_with_backoff(settings):
+    from approvals.webhooks import retry_delays
+
+    # The server's defaults (the worker above runs a fast schedule).
+    settings.ZEROLOCK_WEBHOOK_RETRY_BASE_SECONDS = 10.0
+    settings.ZEROLOCK_WEBHOOK_RETRY_MAX_SECONDS = 3600.0
+    settings.ZEROLOCK_WEBHOOK_MAX_ATTEMPTS = 15
+    delays = retry_delays()
+    assert delays[:3] == [10.0, 20.0, 40.0]  # backs off
+    assert delays == sorted(delays) and max(delays) == 3600.0  # never more than an hour apart
+    # Six attempts gave up after 310 s; now a receiver down for five hours still
+    # gets its events.
+    assert sum(delays) > 5 * 3600, sum(delays)
+
+
+def test_a_payload_links_the_console_absolutely_and_summarises_the_change(worker, api, settings):
+    settings.ZEROLOCK_PUBLIC_URL = PUBLIC_URL  # the payload is made where the request is
+    executor, _ = api
+    receiver = Receiver()
+    try:
+        subscription = subscribe(receiver.url, ["approval.requested"])
+        approval_id = request(executor)
+        assert receiver.arrived.wait(5.0), worker.read_text()[-2000:]
+        data = verified(subscription.secret, receiver.received[0])["data"]
+        assert data["console_url"] == f"{PUBLIC_URL}/console/approvals/{approval_id}"
+        assert data["change"] == [
+            {"op": "replace", "path": "/balance", "old": "1000", "new": "750"}
+        ]
+        assert data["change_more"] == 0
+    finally:
+        receiver.close()
+
+
+def test_admin_sends_a_test_event_redelivers_a_failed_one_and_lists_health(worker, api, settings):
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    settings.ZEROLOCK_PUBLIC_URL = PUBLIC_URL
+    executor, _ = api
+    receiver = Receiver([500])  # down: every attempt fails until it is told otherwise
+    root = User.objects.create_superuser("root", "", "x")
+    admin = Client()
+    admin.force_login(root)
+    try:
+        subscription = subscribe(receiver.url, ["approval.requested"])
+        approval_id = request(executor)
+        delivery = WebhookDelivery.objects.get(approval_id=approval_id)
+        wait_for(lambda: WebhookDelivery.objects.get(pk=delivery.pk).status == "failed", 15)
+        listing = admin.get("/admin/approvals/webhooksubscription/").content.decode()
+        assert '<td class="field-last_success">never</td>' in listing
+        assert '<td class="field-failed">1</td>' in listing
+
+        receiver.codes = [200]  # back up
+        received = len(receiver.received)
+        answer = admin.post(
+            "/admin/approvals/webhookdelivery/",
+            {"action": "redeliver", "_selected_action": [delivery.pk], "index": "0"},
+        )
+        assert answer.status_code == 302, answer.content.decode()[:2000]
+        wait_for(lambda: WebhookDelivery.objects.get(pk=delivery.pk).status == "delivered", 10)
+        delivery.refresh_from_db()
+        assert delivery.attempts == 4  # three failed, then the redelivery
+        again = receiver.received[received:]
+        assert len(again) == 1 and again[0]["headers"]["webhook-id"] == delivery.id
+        assert verified(subscription.secret, again[0])["data"]["approval_id"] == approval_id
+
+        answer = admin.post(
+            "/admin/approvals/webhooksubscription/",
+            {"action": "send_test_event", "_selected_action": [subscription.pk], "index": "0"},
+        )
+        assert answer.status_code == 302, answer.content.decode()[:2000]
+        wait_for(lambda: len(receiver.received) == received + 2, 10)
+        test_event = verified(subscription.secret, receiver.received[-1])
+        assert test_event["type"] == "webhook.test"
+        assert test_event["data"]["console_url"] == f"{PUBLIC_URL}/console/"
+        listing = admin.get("/admin/approvals/webhooksubscription/").content.decode()
+        assert '<td class="field-failed">0</td>' in listing
+        assert '<td class="field-last_success">never</td>' not in listing
     finally:
         receiver.close()
