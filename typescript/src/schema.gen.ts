@@ -19,6 +19,38 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/approval-policies": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["approval_policies_retrieve"];
+        put?: never;
+        post: operations["approval_policies_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/approval-policies/{policy_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["approval_policies_retrieve_2"];
+        put?: never;
+        post?: never;
+        delete: operations["approval_policies_destroy"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/approvals": {
         parameters: {
             query?: never;
@@ -77,6 +109,23 @@ export interface paths {
         get?: never;
         put?: never;
         post: operations["approvals_reject_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/approvals/{approval_id}/request-changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Ends the request with status `changes_requested`; the message (stored as `reason`) goes to the agent, which may ask again naming `previous_id`. */
+        post: operations["approvals_request_changes_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -416,9 +465,12 @@ export interface components {
          *     * `approval.requested` - Approval Requested
          *     * `approval.approved` - Approval Approved
          *     * `approval.rejected` - Approval Rejected
+         *     * `approval.changes_requested` - Approval Changes Requested
          *     * `approval.expired` - Approval Expired
          *     * `approval.committed` - Approval Committed
          *     * `approval.commit_failed` - Approval Commit Failed
+         *     * `approval.policy_created` - Approval Policy Created
+         *     * `approval.policy_deleted` - Approval Policy Deleted
          *     * `lease.granted` - Lease Granted
          *     * `lease.ended` - Lease Ended
          *     * `lease.released_path` - Lease Released Path
@@ -426,7 +478,7 @@ export interface components {
          *     * `reservation.ended` - Reservation Ended
          * @enum {string}
          */
-        ActionEnum: "shard.create" | "shard.commit" | "shard.commit_rejected" | "shard.delete" | "key.create" | "key.revoke" | "key.change" | "auth.failure" | "login.locked_out" | "approval.requested" | "approval.approved" | "approval.rejected" | "approval.expired" | "approval.committed" | "approval.commit_failed" | "lease.granted" | "lease.ended" | "lease.released_path" | "reservation.created" | "reservation.ended";
+        ActionEnum: "shard.create" | "shard.commit" | "shard.commit_rejected" | "shard.delete" | "key.create" | "key.revoke" | "key.change" | "auth.failure" | "login.locked_out" | "approval.requested" | "approval.approved" | "approval.rejected" | "approval.changes_requested" | "approval.expired" | "approval.committed" | "approval.commit_failed" | "approval.policy_created" | "approval.policy_deleted" | "lease.granted" | "lease.ended" | "lease.released_path" | "reservation.created" | "reservation.ended";
         /** @description Documents one connected agent (``coordination.sessions.agents_live``). */
         Agent: {
             agent_id: string;
@@ -454,6 +506,8 @@ export interface components {
         };
         /** @description Documents the shape ``approval_data`` renders. */
         Approval: {
+            /** @description What an approval writes: edited_value when edited, else proposed_value. */
+            applied_value: unknown;
             /** @description Approvals by distinct principals so far (of approvals_required). */
             approvals_counted: number;
             /** Format: int64 */
@@ -476,12 +530,20 @@ export interface components {
             diff_truncated: boolean;
             /** @description The shard version the diff starts from. */
             diff_version: number;
+            /** @description A decider edited the value. */
+            edited: boolean;
+            /** @description Who edited it; empty unless `edited`. */
+            edited_by: string;
+            /** @description The value a decider approved instead of proposed_value (null unless `edited`); it is what applies. */
+            edited_value: unknown;
             /** Format: int64 */
             expected_version: number;
             /** Format: date-time */
             expires_at: string;
             id?: string;
             metadata?: unknown;
+            /** @description The earlier request this one follows, if any. */
+            previous_id: string | null;
             proposed_value?: unknown;
             reason?: string;
             requested_by: string;
@@ -500,16 +562,31 @@ export interface components {
             /** @description The agent id the key acted as; empty for people. */
             agent_id: string;
             approve: boolean;
-            /** @description Whether this decision counts toward the quorum. */
+            /** @description Whether this decision counts toward the quorum (false once a later edit replaced the value it approved). */
             counts: boolean;
             /** Format: date-time */
             created_at: string;
             decider: string;
+            /**
+             * @description `edit`: an approval of the approval's edited_value.
+             *
+             *     * `approve` - approve
+             *     * `reject` - reject
+             *     * `edit` - edit
+             *     * `request_changes` - request_changes
+             */
+            kind: components["schemas"]["KindEnum"];
             /** @description Who counts: "key:<prefix>" or "user:<id>". */
             principal: string;
             /** @description The key's name or the user's username. */
             principal_name: string;
             reason: string;
+        };
+        /** @description An approval: optionally of a value the decider edited. */
+        ApprovalDecisionRequest: {
+            /** @description Approve this value instead of the proposal. Checked like a commit (size, the shard's value_schema and owners; a refusal leaves the request pending), then committed at the approval's expected_version. Approvals cast for another value stop counting: the edit is its decider's one vote for the edited value. */
+            edited_value?: components["schemas"]["JsonValue"] | null;
+            reason?: string;
         };
         ApprovalPage: {
             next: string | null;
@@ -524,6 +601,11 @@ export interface components {
             metadata?: {
                 [key: string]: components["schemas"]["JsonValue"];
             };
+            /**
+             * @description An earlier approval of the same shard, requested with the same key, that this one follows (e.g. after changes were requested).
+             * @default
+             */
+            previous_id: string;
             proposed_value: components["schemas"]["JsonValue"] | null;
             /** @description 1-128 chars of [A-Za-z0-9_.:-], not "." or ".." */
             shard_id: string;
@@ -549,6 +631,10 @@ export interface components {
         };
         /** @enum {unknown} */
         BlankEnum: "";
+        /** @description Request changes: ends the request; the message goes to the agent. */
+        ChangesRequest: {
+            message: string;
+        };
         /** @description Unknown fields are refused (400 VALIDATION_ERROR), not ignored. */
         Claim: {
             /** Format: int64 */
@@ -603,10 +689,6 @@ export interface components {
          * @enum {string}
          */
         CrdtTypeEnum: "map" | "array" | "text";
-        /** @description Unknown fields are refused (400 VALIDATION_ERROR), not ignored. */
-        Decision: {
-            reason?: string;
-        };
         /**
          * @description * `too_large` - too_large
          *     * `too_deep` - too_deep
@@ -615,6 +697,12 @@ export interface components {
          * @enum {string}
          */
         DiffOmittedEnum: "too_large" | "too_deep" | "too_slow" | "not_readable";
+        /**
+         * @description * `approve` - approve
+         *     * `reject` - reject
+         * @enum {string}
+         */
+        EffectEnum: "approve" | "reject";
         ErrorBody: {
             /** @description Contract code, e.g. STALE_VERSION. */
             code: string;
@@ -636,6 +724,14 @@ export interface components {
         /** @description Any JSON value, within the input rules: no string holds NUL, integers fit in 64 bits, nesting stops at ZEROLOCK_MAX_JSON_DEPTH. Object keys may not hold NUL either (which OpenAPI 3.0 cannot say). */
         JsonValue: unknown;
         /**
+         * @description * `approve` - approve
+         *     * `reject` - reject
+         *     * `edit` - edit
+         *     * `request_changes` - request_changes
+         * @enum {string}
+         */
+        KindEnum: "approve" | "reject" | "edit" | "request_changes";
+        /**
          * @description Documents the body of POST /api/leases (``leases.lease_grant`` checks it;
          *     other fields are ignored).
          */
@@ -654,6 +750,55 @@ export interface components {
          * @enum {string}
          */
         OwnerPolicyEnum: "single-writer" | "owners-only";
+        /** @description What the endpoints answer (``policies.policy_data``). */
+        Policy: {
+            /** Format: date-time */
+            created_at: string;
+            created_by: string;
+            effect: components["schemas"]["EffectEnum"];
+            /** Format: date-time */
+            expires_at: string;
+            id: string;
+            key_prefix: string;
+            /** @description Not yet expired: it still decides requests. */
+            live: boolean;
+            reason: string;
+            requested_by: string;
+            shard_prefix: string;
+            when: ({
+                /** @enum {string} */
+                op: "!=" | "<" | "<=" | "==" | ">" | ">=" | "exists" | "not_exists";
+                path?: (string | number)[] | null;
+                value?: components["schemas"]["JsonValue"];
+            } | {
+                /** @enum {unknown} */
+                op?: "exists" | "not_exists";
+            } | unknown)[];
+        };
+        /** @description Unknown fields are refused (400 VALIDATION_ERROR), not ignored. */
+        PolicyCreate: {
+            effect: components["schemas"]["EffectEnum"];
+            /** Format: date-time */
+            expires_at?: string;
+            key_prefix?: string;
+            reason: string;
+            requested_by?: string;
+            /** @description Requests on shards whose id starts with this (case-sensitive); empty: every shard (unscoped keys only). */
+            shard_prefix: string;
+            ttl_seconds?: number;
+            when?: ({
+                /** @enum {string} */
+                op: "!=" | "<" | "<=" | "==" | ">" | ">=" | "exists" | "not_exists";
+                path?: (string | number)[] | null;
+                value?: components["schemas"]["JsonValue"];
+            } | {
+                /** @enum {unknown} */
+                op?: "exists" | "not_exists";
+            } | unknown)[];
+        } & (unknown | unknown);
+        PolicyList: {
+            results: components["schemas"]["Policy"][];
+        };
         /**
          * @description Documents a rejection's body: the same fields as an approval's, but a
          *     rejection needs a reason (``services.approval_decide`` refuses one without).
@@ -800,9 +945,10 @@ export interface components {
          *     * `rejected` - rejected
          *     * `expired` - expired
          *     * `committed` - committed
+         *     * `changes_requested` - changes requested
          * @enum {string}
          */
-        StatusEnum: "pending" | "approved" | "approved_stale" | "rejected" | "expired" | "committed";
+        StatusEnum: "pending" | "approved" | "approved_stale" | "rejected" | "expired" | "committed" | "changes_requested";
         /** @description Compares, then the success or the failure operations (docs/api.md, Transactions). At least one operation in success or failure. */
         Txn: {
             compare?: ({
@@ -810,7 +956,7 @@ export interface components {
                 version: number;
             } | (({
                 /** @enum {string} */
-                op: "!=" | "<" | "==" | ">" | "exists" | "not_exists";
+                op: "!=" | "<" | "<=" | "==" | ">" | ">=" | "exists" | "not_exists";
                 path?: (string | number)[] | null;
                 shard_id: string;
                 value?: components["schemas"]["JsonValue"];
@@ -994,6 +1140,351 @@ export interface operations {
             };
         };
     };
+    approval_policies_retrieve: {
+        parameters: {
+            query?: {
+                /**
+                 * @description * `approve` - approve
+                 *     * `reject` - reject
+                 */
+                effect?: "approve" | "reject";
+                /** @description true: only unexpired; false: only expired. */
+                live?: boolean;
+                /** @description Exactly this prefix. */
+                shard_prefix?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PolicyList"];
+                };
+            };
+            /** @description MALFORMED_JSON, VALIDATION_ERROR or another refusal of the input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description UNAUTHENTICATED, KEY_REVOKED or KEY_EXPIRED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description PERMISSION_DENIED (or a rule of the shard, see the code) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description NOT_FOUND, SHARD_NOT_FOUND, APPROVAL_NOT_FOUND, LEASE_NOT_FOUND */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE, or SHARD_TOO_LARGE for a write to an additive shard */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description RATE_LIMITED, with Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    approval_policies_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PolicyCreate"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Policy"];
+                };
+            };
+            /** @description MALFORMED_JSON, VALIDATION_ERROR or another refusal of the input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description UNAUTHENTICATED, KEY_REVOKED or KEY_EXPIRED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description PERMISSION_DENIED (or a rule of the shard, see the code) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description NOT_FOUND, SHARD_NOT_FOUND, APPROVAL_NOT_FOUND, LEASE_NOT_FOUND */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE, or SHARD_TOO_LARGE for a write to an additive shard */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description RATE_LIMITED, with Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    approval_policies_retrieve_2: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                policy_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Policy"];
+                };
+            };
+            /** @description MALFORMED_JSON, VALIDATION_ERROR or another refusal of the input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description UNAUTHENTICATED, KEY_REVOKED or KEY_EXPIRED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description PERMISSION_DENIED (or a rule of the shard, see the code) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description NOT_FOUND, SHARD_NOT_FOUND, APPROVAL_NOT_FOUND, LEASE_NOT_FOUND */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE, or SHARD_TOO_LARGE for a write to an additive shard */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description RATE_LIMITED, with Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    approval_policies_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                policy_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description MALFORMED_JSON, VALIDATION_ERROR or another refusal of the input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description UNAUTHENTICATED, KEY_REVOKED or KEY_EXPIRED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description PERMISSION_DENIED (or a rule of the shard, see the code) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description NOT_FOUND, SHARD_NOT_FOUND, APPROVAL_NOT_FOUND, LEASE_NOT_FOUND */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE, or SHARD_TOO_LARGE for a write to an additive shard */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description RATE_LIMITED, with Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
     approvals_retrieve: {
         parameters: {
             query?: {
@@ -1014,8 +1505,9 @@ export interface operations {
                  *     * `rejected` - rejected
                  *     * `expired` - expired
                  *     * `committed` - committed
+                 *     * `changes_requested` - changes requested
                  */
-                status?: "pending" | "approved" | "approved_stale" | "rejected" | "expired" | "committed";
+                status?: "pending" | "approved" | "approved_stale" | "rejected" | "expired" | "committed" | "changes_requested";
             };
             header?: never;
             path?: never;
@@ -1205,7 +1697,7 @@ export interface operations {
         };
         requestBody?: {
             content: {
-                "application/json": components["schemas"]["Decision"];
+                "application/json": components["schemas"]["ApprovalDecisionRequest"];
             };
         };
         responses: {
@@ -1303,6 +1795,103 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["Rejection"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Approval"];
+                };
+            };
+            /** @description MALFORMED_JSON, VALIDATION_ERROR or another refusal of the input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description UNAUTHENTICATED, KEY_REVOKED or KEY_EXPIRED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description PERMISSION_DENIED (or a rule of the shard, see the code) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description NOT_FOUND, SHARD_NOT_FOUND, APPROVAL_NOT_FOUND, LEASE_NOT_FOUND */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Conflict: STALE_VERSION, READ_SET_STALE, FENCED, SHARD_EXISTS, APPROVAL_NOT_PENDING, APPROVAL_EXPIRED or ALREADY_DECIDED (see the code). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE, or SHARD_TOO_LARGE for a write to an additive shard */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description RATE_LIMITED, with Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    approvals_request_changes_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                approval_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ChangesRequest"];
             };
         };
         responses: {
