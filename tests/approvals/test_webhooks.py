@@ -233,10 +233,11 @@ def test_a_failing_receiver_is_retried_with_backoff_and_every_attempt_is_recorde
         assert [a.ok for a in recovered.tries.all()] == [False, False, True]
         assert (gave_up.status, gave_up.attempts) == ("failed", 3)
         assert [a.status_code for a in gave_up.tries.all()] == [500, 500, 500]
-        # Exponential backoff: 0.5 s then 1 s between attempts.
+        # Exponential backoff: at least 0.5 s, then at least 1 s between attempts
+        # (a loaded machine may add to either wait, so their order is not asked).
         times = [m["at"] for m in flaky.received]
         gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-        assert 0.4 <= gaps[0] < gaps[1] and gaps[1] >= 0.9, gaps
+        assert gaps[0] >= 0.4 and gaps[1] >= 0.9, gaps
         # The same message id on every attempt, so a receiver can drop duplicates.
         ids = {m["headers"]["webhook-id"] for m in flaky.received}
         assert ids == {recovered.id}
