@@ -54,6 +54,7 @@ def test_commits_conflicts_latency_and_hot_shards_are_counted(planner):
         "approved",
         "approved_stale",
         "rejected",
+        "changes_requested",
         "expired",
         "committed",
     }

@@ -91,7 +91,14 @@ def test_the_openapi_schema_says_which_bodies_and_ids_the_server_refuses(client)
     """The quick half of tests/site/test_api_fuzz.py's positive_data_acceptance."""
     document = client.get("/api/schema?format=json").json()
     schemas, paths = document["components"]["schemas"], document["paths"]
-    for closed in ("ApprovalRequest", "Decision", "Rejection", "Claim", "Txn"):
+    for closed in (
+        "ApprovalRequest",
+        "ApprovalDecisionRequest",
+        "ChangesRequest",
+        "Rejection",
+        "Claim",
+        "Txn",
+    ):
         assert schemas[closed]["additionalProperties"] is False, closed
     for open_body in ("ShardCreate", "Commit", "LeaseRequest"):
         assert schemas[open_body]["additionalProperties"] == {
