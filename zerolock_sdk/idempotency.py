@@ -82,3 +82,26 @@ class StepCalls:
                 return await work(client)
             except ZeroLockError as error:
                 self.refused(error)
+
+    async def approval_asked(
+        self,
+        key: str,
+        shard_id: str,
+        proposed_value: Any,
+        expected_version: int,
+        description: str,
+        ttl_seconds: int,
+    ) -> dict[str, Any]:
+        """The body of a request-approval step: asked with the step's key, so a
+        re-run gets the same approval back; the server's JSON, for the journal."""
+        approval = await self._call(
+            lambda zl: zl.request_approval(
+                shard_id,
+                proposed_value,
+                expected_version,
+                description,
+                ttl_seconds=ttl_seconds,
+                idempotency_key=key,
+            )
+        )
+        return approval.raw

@@ -133,17 +133,9 @@ class InngestZeroLock(StepCalls):
         key = step_key(ctx, step_id)
 
         async def ask() -> dict[str, Any]:
-            approval = await self._call(
-                lambda zl: zl.request_approval(
-                    shard_id,
-                    proposed_value,
-                    expected_version,
-                    description,
-                    ttl_seconds=ttl_seconds,
-                    idempotency_key=key,
-                )
+            return await self.approval_asked(
+                key, shard_id, proposed_value, expected_version, description, ttl_seconds
             )
-            return approval.raw
 
         return await ctx.step.run(step_id, ask)
 

@@ -153,17 +153,9 @@ class RestateZeroLock(StepCalls):
         key = step_key(ctx, name)
 
         async def ask() -> dict[str, Any]:
-            approval = await self._call(
-                lambda zl: zl.request_approval(
-                    shard_id,
-                    proposed_value,
-                    expected_version,
-                    description,
-                    ttl_seconds=ttl_seconds,
-                    idempotency_key=key,
-                )
+            return await self.approval_asked(
+                key, shard_id, proposed_value, expected_version, description, ttl_seconds
             )
-            return approval.raw
 
         return await ctx.run_typed(name, ask)
 
