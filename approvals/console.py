@@ -13,6 +13,7 @@ from datetime import datetime, time, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_required
@@ -29,11 +30,19 @@ from django_htmx.http import replace_url
 from access.auth import can_watch
 from audit.models import AuditEntry
 from common.errors import ApiError
+from common.inputs import json_depth_check
 from shards.models import Shard
 from shards.value_schema import value_validate
 
 from . import policies, selectors, services
-from .diffs import ApprovalDiff, approval_diff, stored_diff, unmoved, value_diff
+from .diffs import (
+    ApprovalDiff,
+    approval_diff,
+    proposed_value_check,
+    stored_diff,
+    unmoved,
+    value_diff,
+)
 from .diffview import shown, shown_diff
 from .models import Approval, ApprovalQuerySet, ApprovalStatus
 from .review import SummaryRow, change_summary, first_change
@@ -597,7 +606,12 @@ def edit_preview(request: HttpRequest, approval_id: str) -> HttpResponse:
     text = request.POST.get("edited_value", "")
     error, edited, summary, omitted = "", None, None, ""
     try:
+        # The API's depth rule, before json.loads (which recurses once a level).
+        json_depth_check(text.encode(), settings.ZEROLOCK_APPROVAL_MAX_DEPTH)
         edited = json.loads(text)
+        proposed_value_check(edited, "edited_value")
+    except ApiError as refusal:
+        error = refusal.message
     except ValueError as problem:
         error = f"Not JSON: {problem}."
     if not error:

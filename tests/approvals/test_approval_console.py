@@ -199,3 +199,17 @@ def test_a_large_value_folds_its_unchanged_lines():
     assert len(rows) < 20
     folded = sum(len(row.lines) for row in rows if row.kind == "fold")
     assert folded + sum(1 for row in rows if row.kind in ("same", "del")) == 202  # braces too
+
+
+def test_an_edit_nested_past_any_limit_is_shown_as_an_error_not_a_server_error(
+    risk_officer, payment
+):
+    """The console's edit box takes an officer's JSON: nested 100,000 deep it once
+    reached json.loads (which recurses per level) and answered 500."""
+    rita = signed_in(risk_officer)
+    for text in ("[" * 100_000 + "]" * 100_000, "[" * 150 + "]" * 150):
+        answer = rita.post(f"/console/approvals/{payment.id}/edit", {"edited_value": text})
+        assert answer.status_code == 400, answer.status_code  # the edit page, with the error
+        assert "nested" in answer.content.decode() and 'id="edit-error"' in answer.content.decode()
+    payment.refresh_from_db()
+    assert payment.status == "pending" and payment.edited_value is None
