@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from access.models import ApiKey
@@ -113,6 +114,8 @@ def policy_create(
     now = timezone.now()
     end = policy_expiry(ttl_seconds=ttl_seconds, expires_at=expires_at, now=now)
     with audited_transaction() as audit:
+        # Counted under the audit head's lock, so two creations cannot both pass.
+        policies_per_author_check(author_key, author_user_id, now)
         policy = ApprovalPolicy.objects.create(
             shard_prefix=shard_prefix,
             requested_by=requested_by,
@@ -133,6 +136,28 @@ def policy_create(
             details={"policy": policy_data(policy)},
         )
     return policy
+
+
+def policies_per_author_check(
+    author_key: ApiKey | None, author_user_id: int | None, now: datetime
+) -> None:
+    """An author (a key, or a console user) holds at most
+    ZEROLOCK_MAX_POLICIES_PER_AUTHOR live policies: every approval request is
+    matched against all live policies, so their number is each request's cost."""
+    limit = settings.ZEROLOCK_MAX_POLICIES_PER_AUTHOR
+    mine = ApprovalPolicy.objects.live(now)
+    if author_key is not None:
+        mine = mine.filter(author_key_prefix=author_key.prefix)
+    else:
+        mine = mine.filter(author_key_prefix="", author_user_id=author_user_id)
+    live = mine.count()
+    if live >= limit:
+        raise ApiError(
+            ErrorCode.TOO_MANY_POLICIES,
+            f"This author already holds {live} live approval policies, the most one may "
+            "hold (ZEROLOCK_MAX_POLICIES_PER_AUTHOR). Delete some, or let them expire.",
+            limit=limit,
+        )
 
 
 def policy_get(policy_id: str, scopes: list[str]) -> ApprovalPolicy:

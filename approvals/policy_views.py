@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -19,7 +24,7 @@ from common.inputs import (
     StringField,
     parsed,
 )
-from common.openapi import JSON_VALUE, NO_NUL, body_rules_register
+from common.openapi import JSON_VALUE, NO_NUL, ErrorEnvelopeSerializer, body_rules_register
 from coordination.txn import COMPARE_OPS, MAX_PATH
 
 from . import policies
@@ -137,7 +142,17 @@ class PolicyListView(ApiView):
             found = found.exclude(pk__in=ApprovalPolicy.objects.live().values("pk"))
         return Response({"results": [policies.policy_data(p) for p in found[:1000]]})
 
-    @extend_schema(request=PolicyCreateSerializer, responses={201: PolicySerializer})
+    @extend_schema(
+        request=PolicyCreateSerializer,
+        responses={
+            201: PolicySerializer,
+            409: OpenApiResponse(
+                ErrorEnvelopeSerializer,
+                description="TOO_MANY_POLICIES: the author already holds "
+                "ZEROLOCK_MAX_POLICIES_PER_AUTHOR live policies (`limit`).",
+            ),
+        },
+    )
     def post(self, request: Request) -> Response:
         data = parsed(PolicyCreateSerializer, request.data)
         who = principal(request)

@@ -434,6 +434,10 @@ ZEROLOCK_MAX_RESERVATIONS_PER_KEY = env_int("ZEROLOCK_MAX_RESERVATIONS_PER_KEY",
 # so this holds a request to about half a second of CPU; ordinary patterns
 # ("src/app/**/*.py") cost a few dozen steps a pair.
 ZEROLOCK_RESERVATION_BUDGET_STEPS = env_int("ZEROLOCK_RESERVATION_BUDGET_STEPS", 500_000)
+# Live standing approval policies one author (a key, or a console user) may hold;
+# past it, 409 TOO_MANY_POLICIES. Every approval request is matched against all
+# live policies inside the write lock, so their number is the cost of each request.
+ZEROLOCK_MAX_POLICIES_PER_AUTHOR = env_int("ZEROLOCK_MAX_POLICIES_PER_AUTHOR", 100)
 # Request bodies above this get 413 PAYLOAD_TOO_LARGE; so does a WebSocket message
 # (a Yjs update, an /ws/agents/ frame). uvicorn reads no WebSocket message above
 # four times this (zerolock_site/uvicorn_server.py).

@@ -318,3 +318,23 @@ def test_a_policy_never_decides_for_its_authors_agent_id_through_another_key(mak
     a_shard(asker, "pay:1", {"amount": 0})
     a_policy(author, when=[SMALL])
     assert ask(asker, "pay:1", {"amount": 5})["status"] == "pending"
+
+
+def test_an_author_holds_at_most_its_cap_of_live_policies_and_another_author_is_unaffected(
+    officer, make_key, client_for, settings
+):
+    """Every request is matched against every live policy, inside the write lock:
+    their number is each request's cost, so one author's is capped."""
+    settings.ZEROLOCK_MAX_POLICIES_PER_AUTHOR = 2
+    first = a_policy(officer)
+    a_policy(officer, shard_prefix="ops:")
+    body = {"shard_prefix": "x:", "effect": "approve", "ttl_seconds": 3600, "reason": "third"}
+    refused = officer.post("/api/approval-policies", body, format="json")
+    assert refused.status_code == 409, refused.json()
+    assert refused.json()["error"]["code"] == "TOO_MANY_POLICIES"
+    assert refused.json()["error"]["limit"] == 2
+    assert len(officer.get("/api/approval-policies").json()["results"]) == 2
+    other = client_for(make_key("approval:policy", name="other officer"), agent="other")
+    assert other.post("/api/approval-policies", body, format="json").status_code == 201
+    assert officer.delete(f"/api/approval-policies/{first['id']}").status_code == 204
+    assert officer.post("/api/approval-policies", body, format="json").status_code == 201

@@ -1289,6 +1289,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorEnvelope"];
                 };
             };
+            /** @description TOO_MANY_POLICIES: the author already holds ZEROLOCK_MAX_POLICIES_PER_AUTHOR live policies (`limit`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
             /** @description PAYLOAD_TOO_LARGE, or SHARD_TOO_LARGE for a write to an additive shard */
             413: {
                 headers: {
