@@ -516,6 +516,10 @@ def approve_same_kind(request: HttpRequest, approval_id: str) -> HttpResponse:
             approve=True,
             reason=reason,
         )
+    except ApiError as error:
+        messages.error(request, f"{error.code}: {error.message}")
+        return redirect("console-detail", approval_id=approval_id)
+    try:
         policy = policies.policy_create(
             created_by=f"user:{user.get_username()}",
             author_key=None,
@@ -523,8 +527,12 @@ def approve_same_kind(request: HttpRequest, approval_id: str) -> HttpResponse:
             reason=f"Same kind as {approval_id}, approved by {user.get_username()}: {reason}",
             **kind.fields,
         )
-    except ApiError as error:
-        messages.error(request, f"{error.code}: {error.message}")
+    except ApiError as error:  # the approval stands; only the policy was refused
+        messages.warning(
+            request,
+            f"Approved ({approval.status}), but no standing policy was created: "
+            f"{error.code}: {error.message}",
+        )
         return redirect("console-detail", approval_id=approval_id)
     messages.success(
         request,

@@ -213,3 +213,16 @@ def test_an_edit_nested_past_any_limit_is_shown_as_an_error_not_a_server_error(
         assert "nested" in answer.content.decode() and 'id="edit-error"' in answer.content.decode()
     payment.refresh_from_db()
     assert payment.status == "pending" and payment.edited_value is None
+
+
+def test_approving_the_same_kind_past_the_policy_cap_still_approves_and_says_no_policy(
+    risk_officer, payment, settings
+):
+    settings.ZEROLOCK_MAX_POLICIES_PER_AUTHOR = 0
+    rita = signed_in(risk_officer)
+    answer = rita.post(f"/console/approvals/{payment.id}/approve-same-kind", {"reason": "ok"})
+    assert answer.status_code == 302
+    payment.refresh_from_db()
+    assert payment.status == "committed"
+    page = rita.get(f"/console/approvals/{payment.id}").content.decode()
+    assert "but no standing policy was created: TOO_MANY_POLICIES" in page
