@@ -6,6 +6,7 @@ answer or a clean 503 (issue 16, findings 4 and 15)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -117,8 +118,8 @@ def serve(tmp_path) -> Iterator:
     (its own broker), serving the test database; waits until all three are ok."""
     started: list[Served] = []
 
-    def start() -> Served:
-        env = server_env()
+    def start(**extra_env: str) -> Served:
+        env = server_env() | extra_env
         env["ZEROLOCK_DATA_DIR"] = str(tmp_path / f"data{len(started)}")
         env["PORT"] = str(_free_port())
         env["PYTHONPATH"] = str(ROOT)
@@ -199,7 +200,8 @@ def _kill_and_watch(served: Served, role: str) -> tuple[list, float]:
 def test_a_worker_killed_9_is_restarted_while_the_api_answers_and_it_then_expires_an_approval(
     serve,
 ):
-    served = serve()
+    # DEBUG: the worker then logs each task it runs ("... succeeded").
+    served = serve(LOG_LEVEL="DEBUG")
 
     seen, recovery = _kill_and_watch(served, "worker")
 
@@ -215,9 +217,14 @@ def test_a_worker_killed_9_is_restarted_while_the_api_answers_and_it_then_expire
     assert recovery <= 10, recovery
     assert "worker exited (-9); restarting" in served.text()
 
-    # No socket is open to this server, so nothing but the restarted worker's
-    # beat-driven task sweeps its approvals (a server process sweeps only while it
-    # holds sockets); the expiry's audit entry names the worker.
+    # The restarted worker's beat runs the expiry task again, and an overdue
+    # approval expires. Who marks it first is a race the test cannot own: the
+    # session's shared live server serves the same test database, and while it
+    # sweeps (it holds a socket, or a closed agent socket's lease grace runs) it
+    # marks "server" within a second (CI saw exactly that once). So the audit
+    # entry may name either, and the worker's own log must show its expiry task
+    # succeeding after the restart.
+    restarted_at = served.text().index("worker exited (-9); restarting")
     shard_create(
         actor=Actor("treasurer"),
         shard_id="after-restart-vault",
@@ -239,9 +246,15 @@ def test_a_worker_killed_9_is_restarted_while_the_api_answers_and_it_then_expire
         approval.refresh_from_db()
         return approval.status == "expired"
 
-    _wait_for(expired, 20, "expiry by the worker", served)
+    _wait_for(expired, 20, "expiry of the approval", served)
     entry = AuditEntry.objects.get(action="approval.expired", details__approval_id=approval.id)
-    assert entry.details["expired_by"] == "worker", (entry.details, served.text()[-3000:])
+    assert entry.details["expired_by"] in {"worker", "server"}, entry.details
+
+    def worker_expired_since_restart() -> bool:
+        after = served.text()[restarted_at:]
+        return re.search(r"Task approvals\.tasks\.expire_approvals\[[^\]]+\] succeeded", after)
+
+    _wait_for(worker_expired_since_restart, 20, "the restarted worker's expiry task", served)
 
 
 def test_beat_is_one_thread_of_the_one_worker_not_a_process_of_its_own(serve):
