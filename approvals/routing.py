@@ -10,7 +10,7 @@ endpoints for signed-in users, email and escalation."""
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, PermissionsMixin
 from django.db.models import Q, QuerySet
 
 from .models import Approval
@@ -44,4 +44,4 @@ def approval_recipients(approval: Approval) -> QuerySet:
 
 def may_decide(user: AbstractBaseUser, approval: Approval) -> bool:
     """Whether a signed-in user may decide this approval."""
-    return bool(user.is_active and user.has_perm(DECIDE_PERMISSION))
+    return isinstance(user, PermissionsMixin) and user.is_active and user.has_perm(DECIDE_PERMISSION)
