@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from audit.models import AuditEntry, AuditHead
 from common import hotsql
+from common.applied import applied_mark
 from common.db import sqlite_writer_queue
 
 GENESIS_HASH = "0" * 64
@@ -122,7 +123,9 @@ def audited_transaction() -> Iterator[AuditWriter]:
             yield writer
         finally:
             connection.zerolock_audit = None  # type: ignore[attr-defined]
-        # Still inside the transaction: the chain's new end is stored with it.
+        # Still inside the transaction: the chain's new end is stored with it, and
+        # the request's Idempotency-Key is marked applied by the same commit.
+        applied_mark()
         if writer.head.last_hash != locked_hash:
             hotsql.update_where(AuditHead, {"last_hash": writer.head.last_hash}, id=1)
 

@@ -20,6 +20,8 @@ from typing import Any, Generic, TypeVar
 
 from django.db import close_old_connections
 
+from common.applied import applied_marking
+
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -55,7 +57,10 @@ class WriteBehind(Generic[T]):
 
     def put(self, item: T) -> None:
         if not self._enabled():
-            self._write([item])
+            # Written for the queue, not as the caller's own write: it must not
+            # mark the caller's Idempotency-Key applied (common.applied).
+            with applied_marking(None):
+                self._write([item])
             return
         self.ensure_running()
         self._queue.put(item)
@@ -73,7 +78,7 @@ class WriteBehind(Generic[T]):
         """Writes everything queued, in the caller's thread (exit, tests)."""
         if self._pid != os.getpid():
             return
-        with self._write_lock:
+        with self._write_lock, applied_marking(None):
             batch = self._drain()
             while batch:
                 self._write(batch)

@@ -82,6 +82,12 @@ class IdempotencyRecord(models.Model):
     body = models.BinaryField(null=True)
     content_type = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # The request running it now (a random token; a retry that takes the key over
+    # replaces it), when it took it, and whether its write went in: set by the
+    # write's own transaction (common.applied), so a crash cannot lose it.
+    holder = models.CharField(max_length=32, blank=True)
+    reserved_at = models.DateTimeField(default=timezone.now)
+    applied = models.BooleanField(default=False)
 
     class Meta:
         db_table = "shards_idempotencyrecord"

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from audit.chain import AuditWriter
+from common.applied import applied_marking
 
 from .writetx import WriteTx
 
@@ -81,5 +82,7 @@ def delete_hook_register(name: str, hook: DeleteHook) -> None:
 
 
 def tick_sweeps_run() -> int:
-    """Every registered timed sweep once; what each one ended, added up."""
-    return sum(sweep() for sweep in list(hooks.tick_sweeps.values()))
+    """Every registered timed sweep once; what each one ended, added up. Never
+    the write of whatever request's context started the sweeper."""
+    with applied_marking(None):
+        return sum(sweep() for sweep in list(hooks.tick_sweeps.values()))

@@ -28,6 +28,7 @@ from typing import Any
 from access.identity import Actor
 from audit.chain import audited_transaction
 from audit.rejections import rejection_entry
+from common.applied import applied_marking
 from common.errors import ApiError, ApprovalInvalid, ErrorCode, Invalid, StaleVersion
 from common.events import send_event_on_commit
 from common.inputs import INT64_MAX, is_json_integer
@@ -312,7 +313,8 @@ def rules_precheck(
     try:
         rules_check(shard, actor, rules, expected_version=expected_version, value=value)
     except ApiError as error:
-        with audited_transaction() as audit:
+        # The refusal's record, not the request's write: its key stays unapplied.
+        with applied_marking(None), audited_transaction() as audit:
             audit.append(
                 **refused(error, actor=actor, shard_id=shard.id, expected=expected_version).record
             )

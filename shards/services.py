@@ -19,6 +19,7 @@ from access.identity import Actor
 from audit.chain import audited_transaction
 from audit.models import AuditAction
 from audit.rejections import rejections
+from common.applied import applied_marking
 from common.errors import ApiError, ErrorCode, Invalid
 from common.events import send_event_on_commit
 
@@ -49,7 +50,7 @@ __all__ = [
 def shard_read(*, shard_id: str, reader: str) -> Shard:
     """Reads a shard and records the delivery (who saw which version)."""
     if any_write_sweep_due():  # a read never shows what an expired lease held
-        with write_transaction():
+        with applied_marking(None), write_transaction():
             pass  # its sweeps are the point: what expired is ended before the read
     shard = shard_get(shard_id)
     shard.value = shard_current_value(shard)

@@ -35,6 +35,7 @@ from audit.chain import audited_transaction
 from audit.models import AuditAction
 from audit.rejections import rejection_entry
 from common import hotsql
+from common.applied import Mark, applied_mark_current, applied_marking
 from common.errors import ApiError, ShardNotFound
 from common.events import send_event_on_commit
 from metrics.models import CommitSample
@@ -105,6 +106,8 @@ class _Queued:
     result: Any = None
     error: BaseException | None = None
     written: list[str] = field(default_factory=list)
+    # The writer's Idempotency-Key mark, carried to the leader's thread.
+    mark: Mark | None = field(default_factory=applied_mark_current)
 
 
 class GroupCommit:
@@ -153,6 +156,12 @@ class GroupCommit:
         return queued.result
 
     def _apply(self, batch: list[_Queued]) -> None:
+        # The batch's own transaction carries no mark (the leader's would be set
+        # even when its write fails); each write sets its own, in its savepoint.
+        with applied_marking(None):
+            self._apply_batch(batch)
+
+    def _apply_batch(self, batch: list[_Queued]) -> None:
         try:
             with swept_transaction(batch[0].started) as tx:
                 for queued in batch:
@@ -160,6 +169,8 @@ class GroupCommit:
                     try:
                         with transaction.atomic():  # a savepoint: this write alone
                             queued.result = queued.work(tx)
+                            if queued.mark is not None:
+                                queued.mark()
                     except Exception as error:  # noqa: BLE001 -- handed to its own caller
                         tx.audit.head.last_hash = head_hash  # its entries were rolled back
                         del tx.written[written_from:]

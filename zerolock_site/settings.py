@@ -424,6 +424,11 @@ ZEROLOCK_SESSION_TIMEOUT_SECONDS = env_float("ZEROLOCK_SESSION_TIMEOUT_SECONDS",
 # Watches one key may hold open in one server process: GET /api/watch streams
 # and /ws/agents/ watches together.
 ZEROLOCK_MAX_WATCHES_PER_KEY = env_int("ZEROLOCK_MAX_WATCHES_PER_KEY", 100)
+# An Idempotency-Key still "in progress" after this long is taken over by its
+# retry (coordination/idempotency.py): the copy holding it was most likely killed
+# between its write and its answer. Safe at any age (a taken-over copy can no
+# longer apply), so this only trades waiting retries against live copies refused.
+ZEROLOCK_IDEMPOTENCY_TAKEOVER_SECONDS = env_float("ZEROLOCK_IDEMPOTENCY_TAKEOVER_SECONDS", 10.0)
 # Live path reservations one key may hold; past it, 409 TOO_MANY_RESERVATIONS.
 # Every new reservation is compared with all the live ones, so their number is
 # the cost of each creation.

@@ -9,14 +9,21 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import time_machine
+from django.http import HttpResponse
+from django.utils import timezone
 
 from access.identity import Actor
 from access.keys import prefix_of
 from access.models import ApiKey
 from access.services import api_key_create, api_key_revoke
+from audit.models import AuditEntry
+from common.applied import applied_marking
+from common.errors import ApiError
+from coordination.idempotency import IdempotencyMiddleware, Reserved, applied_fence
 from coordination.models import IdempotencyRecord
 from shards.models import Shard
-from shards.services import shard_create
+from shards.services import shard_commit, shard_create
 
 pytestmark = pytest.mark.django_db
 
@@ -132,3 +139,133 @@ def test_another_agent_of_the_same_key_with_the_same_idempotency_key_is_its_own_
     assert other.status_code == 200 and "Idempotent-Replayed" not in other
     assert commit(first, "step-2", version=2, value=3).status_code == 409
     assert Shard.objects.get(pk="counter").version == 3
+
+
+# --- a key whose holder died: taken over, and fenced --------------------------------
+# What a server killed between its write and its answer leaves is a reservation
+# (``_reserve``) whose answer is never stored (``_store``); these tests make that
+# state with the middleware's own steps, on the real database and the real write
+# path (group commit's leader included: transaction=True).
+
+SCOPE, DIGEST = "s" * 64, "d" * 64
+
+
+def _reserve(key: str):
+    return IdempotencyMiddleware(lambda request: HttpResponse())._reserve(SCOPE, key, DIGEST)
+
+
+def _commit_under(reserved, *, version: int, value: int):
+    with applied_marking(applied_fence(reserved.record_id, reserved.holder)):
+        return shard_commit(
+            actor=Actor("planner-1"),
+            shard=Shard.objects.get(pk="ledger"),
+            expected_version=version,
+            new_value=value,
+        )
+
+
+@pytest.fixture
+def ledger():
+    shard_create(
+        actor=Actor("planner-1"), shard_id="ledger", shard_type="decision", initial_value=0
+    )
+
+
+def _code(response) -> tuple[int, str]:
+    return response.status_code, json.loads(response.content)["error"]["code"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_marks_its_key_applied_in_its_own_transaction_and_a_refusal_does_not(ledger):
+    taken = _reserve("write-1")
+    _commit_under(taken, version=1, value=1)
+    assert IdempotencyRecord.objects.get(pk=taken.record_id).applied
+
+    refused = _reserve("stale-1")
+    with pytest.raises(ApiError):
+        _commit_under(refused, version=1, value=9)
+    assert not IdempotencyRecord.objects.get(pk=refused.record_id).applied
+
+    # A refusal audited before the write lock (an owner's rule) writes its record
+    # in a transaction of its own, which is not the request's write either.
+    shard_create(
+        actor=Actor("owner-1"),
+        shard_id="owned",
+        shard_type="decision",
+        initial_value=0,
+        owner_policy="owners-only",
+        owners=["owner-1"],
+    )
+    not_owner = _reserve("owned-1")
+    entries = AuditEntry.objects.count()
+    with (
+        pytest.raises(ApiError),
+        applied_marking(applied_fence(not_owner.record_id, not_owner.holder)),
+    ):
+        shard_commit(
+            actor=Actor("planner-1"),
+            shard=Shard.objects.get(pk="owned"),
+            expected_version=1,
+            new_value=1,
+        )
+    assert AuditEntry.objects.count() == entries + 1  # the refusal, audited
+    assert not IdempotencyRecord.objects.get(pk=not_owner.record_id).applied
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_key_held_past_the_takeover_time_passes_to_its_retry_and_the_dead_copy_can_no_longer_apply(
+    ledger, settings
+):
+    settings.ZEROLOCK_IDEMPOTENCY_TAKEOVER_SECONDS = 10
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        killed = _reserve("pay-1")
+        assert _code(_reserve("pay-1")) == (409, "IDEMPOTENCY_IN_PROGRESS")  # still young
+        clock.shift(11)
+        retry = _reserve("pay-1")
+        assert isinstance(retry, Reserved) and retry.holder != killed.holder
+        # A third copy meets the retry's fresh reservation.
+        assert _code(_reserve("pay-1")) == (409, "IDEMPOTENCY_IN_PROGRESS")
+
+    # The copy it was taken from turns out to be alive: its write is refused and
+    # rolled back whole, and the retry's goes in, once.
+    entries = AuditEntry.objects.count()
+    with pytest.raises(ApiError) as refused:
+        _commit_under(killed, version=1, value=1)
+    assert refused.value.code == "IDEMPOTENCY_IN_PROGRESS"
+    assert Shard.objects.get(pk="ledger").version == 1
+    assert AuditEntry.objects.count() == entries
+    _commit_under(retry, version=1, value=1)
+    assert Shard.objects.get(pk="ledger").version == 2
+    assert IdempotencyRecord.objects.get(pk=retry.record_id).applied
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_of_a_write_that_went_in_but_lost_its_answer_is_told_so_and_not_run_again(
+    ledger, settings
+):
+    settings.ZEROLOCK_IDEMPOTENCY_TAKEOVER_SECONDS = 10
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        killed = _reserve("pay-2")
+        _commit_under(killed, version=1, value=1)  # in; then the process died
+        clock.shift(11)
+        told = _reserve("pay-2")
+        again = _reserve("pay-2")
+    assert _code(told) == (409, "IDEMPOTENCY_ANSWER_LOST")
+    assert _code(again) == (409, "IDEMPOTENCY_ANSWER_LOST")
+    assert again["Idempotent-Replayed"] == "true"
+    assert Shard.objects.get(pk="ledger").version == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_5xx_after_the_write_went_in_is_kept_as_answer_lost_but_one_before_it_lets_the_retry_run(
+    ledger,
+):
+    middleware = IdempotencyMiddleware(lambda request: HttpResponse())
+    applied = _reserve("pay-3")
+    _commit_under(applied, version=1, value=1)
+    middleware._store(applied, HttpResponse(status=500))
+    assert _code(_reserve("pay-3")) == (409, "IDEMPOTENCY_ANSWER_LOST")
+
+    nothing = _reserve("pay-4")
+    middleware._store(nothing, HttpResponse(status=503))
+    assert isinstance(_reserve("pay-4"), Reserved)  # reserved afresh: the retry runs
