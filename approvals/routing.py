@@ -44,4 +44,6 @@ def approval_recipients(approval: Approval) -> QuerySet:
 
 def may_decide(user: AbstractBaseUser, approval: Approval) -> bool:
     """Whether a signed-in user may decide this approval."""
-    return isinstance(user, PermissionsMixin) and user.is_active and user.has_perm(DECIDE_PERMISSION)
+    return (
+        isinstance(user, PermissionsMixin) and user.is_active and user.has_perm(DECIDE_PERMISSION)
+    )
