@@ -265,7 +265,7 @@ def test_a_dead_mail_server_delays_no_decision_and_the_retry_delivers(smtp, api,
     hanging.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     hanging.bind(("127.0.0.1", smtp.port))
     hanging.listen(16)
-    settings.EMAIL_TIMEOUT = 1.0
+    settings.EMAIL_TIMEOUT = 2.0
     try:
         approval_id = ask(executor)
         [delivery] = EmailDelivery.objects.all()
@@ -278,7 +278,7 @@ def test_a_dead_mail_server_delays_no_decision_and_the_retry_delivers(smtp, api,
         response = decider.post(f"/api/approvals/{approval_id}/approve")
         took = time.monotonic() - started
         assert response.status_code == 200 and response.json()["status"] == "committed"
-        assert took < 0.5, took
+        assert took < 1.0, took  # well under the attempt's 2 s wait, on a loaded machine too
         assert Approval.objects.get(pk=approval_id).status == "committed"
         worker.join(10)
     finally:
@@ -289,7 +289,7 @@ def test_a_dead_mail_server_delays_no_decision_and_the_retry_delivers(smtp, api,
     assert "timed out" in delivery.last_error, delivery.last_error
     [tried] = EmailAttempt.objects.filter(delivery=delivery)
     assert not tried.ok and tried.error == delivery.last_error
-    assert 900 <= tried.duration_ms < 5000, tried.duration_ms  # EMAIL_TIMEOUT bounds the wait
+    assert 1900 <= tried.duration_ms < 6000, tried.duration_ms  # EMAIL_TIMEOUT bounds the wait
     # The webhook schedule: the first retry 10 s after the first failure.
     wait = (delivery.next_attempt_at - tried.started_at).total_seconds()
     assert 10 <= wait < 15, wait
