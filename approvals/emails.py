@@ -104,8 +104,8 @@ def _text_block(text: str, limit: int) -> str:
 def title(approval: Approval) -> str:
     """The request in a few words: the description's first line that says something."""
     for line in approval.description.splitlines():
-        if line.strip():
-            return one_line(line, SUBJECT_MAX)
+        if words := one_line(line, SUBJECT_MAX):  # a line of bidi marks says nothing
+            return words
     return "(no description)"
 
 

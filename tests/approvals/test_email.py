@@ -410,6 +410,7 @@ def test_escalation_mails_the_people_it_names_with_nothing_else_to_pass(smtp, ap
         "vertical\x0btab\x0cform\x1cfeed\x85next\u2028line\u2029para",
         "\u202eevil\u200b override \x7f\x1b[31m red",
         "   ",
+        "\u202e\u200b\n\x7f",
         "ünïcödé ✓ " * 40,
     ],
 )
@@ -421,6 +422,7 @@ def test_a_subject_is_one_short_line_whatever_the_agent_writes(description, api)
     assert subject.startswith("[ZeroLock] Approval requested: ")
     assert subject.endswith(" (treasury)")
     assert subject == subject.strip() and "  " not in subject
+    assert not subject.startswith("[ZeroLock] Approval requested: (treasury)")  # says something
     assert len(subject.splitlines()) == 1
     # No control, format or separator character: no header tricks, no bidi spoofing.
     assert not [c for c in subject if unicodedata.category(c)[0] == "C" or c in "\u2028\u2029"]
