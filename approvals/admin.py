@@ -4,12 +4,14 @@ from django.db.models import Count, Max, Q, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from . import policies, webhooks
+from . import emails, policies, webhooks
 from .models import (
     Approval,
     ApprovalDecision,
     ApprovalPolicy,
     ApprovalStatus,
+    EmailAttempt,
+    EmailDelivery,
     WebhookAttempt,
     WebhookDelivery,
     WebhookDeliveryStatus,
@@ -223,6 +225,67 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
         "delivered_at",
     ]
     inlines = [AttemptInline]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class EmailAttemptInline(admin.TabularInline):
+    model = EmailAttempt
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = ["number", "started_at", "duration_ms", "ok", "error"]
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(EmailDelivery)
+class EmailDeliveryAdmin(admin.ModelAdmin):
+    """Every mail to an officer and each of its attempts, read-only."""
+
+    list_display = [
+        "id",
+        "event",
+        "to",
+        "approval_id",
+        "status",
+        "attempts",
+        "created_at",
+        "sent_at",
+        "last_error",
+    ]
+    list_filter = ["status", "event"]
+    search_fields = ["id", "approval_id", "to"]
+    actions = ["send_again"]
+    readonly_fields = [
+        "id",
+        "approval_id",
+        "event",
+        "user",
+        "to",
+        "subject",
+        "body",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "created_at",
+        "sent_at",
+        "last_error",
+    ]
+    inlines = [EmailAttemptInline]
+
+    @admin.action(description="Send the selected emails again now")
+    def send_again(self, request: HttpRequest, queryset: QuerySet[EmailDelivery]) -> None:
+        count = emails.send_again(list(queryset.values_list("id", flat=True)))
+        self.message_user(
+            request,
+            f"Queued {count} email{'s' if count != 1 else ''} again.",
+            messages.SUCCESS,
+        )
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -34,7 +34,7 @@ from common.inputs import json_depth_check
 from shards.models import Shard
 from shards.value_schema import value_validate
 
-from . import policies, selectors, services
+from . import emails, policies, selectors, services
 from .diffs import (
     ApprovalDiff,
     approval_diff,
@@ -102,7 +102,10 @@ def _queue_filters(request: HttpRequest) -> dict[str, str]:
 @require_GET
 def queue(request: HttpRequest) -> HttpResponse:
     _watcher(request)
-    return render(request, "console/queue.html", _queue_context(request))
+    context = _queue_context(request)
+    # Those who may decide learn here that no mail will tell them of a request.
+    context["email_off"] = context["can_decide"] and not emails.email_enabled()
+    return render(request, "console/queue.html", context)
 
 
 @login_required

@@ -404,6 +404,83 @@ class WebhookAttempt(models.Model):
         return f"attempt {self.number}: {self.status_code or self.error}"
 
 
+# --- email to risk officers ---------------------------------------------------
+
+
+class EmailEvent(models.TextChoices):
+    REQUESTED = "approval.requested"
+    EXPIRING = "approval.expiring"  # the reminder, ZEROLOCK_APPROVAL_REMINDER_SECONDS ahead
+    ESCALATED = "approval.escalated"
+
+
+class EmailDeliveryStatus(models.TextChoices):
+    PENDING = "pending"
+    RETRYING = "retrying"
+    SENT = "sent"  # the mail server took it
+    FAILED = "failed"  # gave up after the last attempt
+
+
+class EmailDelivery(models.Model):
+    """One mail about one approval to one address, written in the change's
+    transaction with its text already made; the worker sends it (approvals/emails.py)."""
+
+    id = models.CharField(primary_key=True, max_length=40)  # "eml_<hex>"
+    approval_id = models.CharField(max_length=40, db_index=True)
+    event = models.CharField(max_length=32, choices=EmailEvent.choices)
+    # Null once the user is deleted: the record of what was sent stays.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="approval_emails",
+    )
+    to = models.EmailField(max_length=254)
+    subject = models.CharField(max_length=200)
+    body = models.TextField()
+    status = models.CharField(
+        max_length=16,
+        choices=EmailDeliveryStatus.choices,
+        default=EmailDeliveryStatus.PENDING,
+        db_index=True,
+    )
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now, db_index=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "email deliveries"
+        constraints = [
+            # The reminder goes once per approval and address, however many sweeps run.
+            models.UniqueConstraint(
+                fields=["approval_id", "event", "to"],
+                condition=models.Q(event="approval.expiring"),
+                name="one_reminder_email_per_approval_and_address",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} -> {self.to} ({self.status})"
+
+
+class EmailAttempt(models.Model):
+    delivery = models.ForeignKey(EmailDelivery, on_delete=models.CASCADE, related_name="tries")
+    number = models.PositiveSmallIntegerField()
+    started_at = models.DateTimeField(default=timezone.now)
+    duration_ms = models.PositiveIntegerField(default=0)
+    error = models.CharField(max_length=500, blank=True)
+    ok = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["number", "id"]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number}: {'sent' if self.ok else self.error}"
+
+
 # --- standing approval policies ------------------------------------------------
 
 POLICY_ID_REGEX = r"^pol_[0-9a-f]{24}$"

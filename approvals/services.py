@@ -29,16 +29,18 @@ from shards.value_schema import value_validate
 from shards.writer import version_write, write_transaction
 from shards.writetx import WriteTx
 
-from . import policies, webhooks
+from . import emails, policies, webhooks
 from .diffs import proposed_value_check, value_diff
 from .models import (
     Approval,
     ApprovalDecision,
     ApprovalStatus,
     DecisionKind,
+    EmailEvent,
     PolicyEffect,
     WebhookEvent,
 )
+from .routing import approval_recipients
 from .selectors import approval_get
 
 DEFAULT_TTL_SECONDS = 3600
@@ -183,6 +185,9 @@ def approval_request(
         send_event_on_commit("approval_changed", approval=approval, event="requested")
         webhooks.emit(WebhookEvent.REQUESTED, approval)
         _policy_decide(tx, approval, shard)
+        # Mail asks a person to decide: not when a standing policy already has.
+        if approval.status == ApprovalStatus.PENDING:
+            emails.email_officers(EmailEvent.REQUESTED, approval, approval_recipients(approval))
     return approval
 
 

@@ -483,6 +483,22 @@ ZEROLOCK_WEBHOOK_MAX_ATTEMPTS = int(env_float("ZEROLOCK_WEBHOOK_MAX_ATTEMPTS", 1
 # (a receiver, a chat message or a mail needs an absolute address).
 ZEROLOCK_PUBLIC_URL = os.environ.get("ZEROLOCK_PUBLIC_URL", f"http://localhost:{PORT}").rstrip("/")
 ZEROLOCK_WEBHOOK_TIMEOUT_SECONDS = env_float("ZEROLOCK_WEBHOOK_TIMEOUT_SECONDS", 5.0)
+# Email to risk officers (approvals/emails.py), sent by the worker through Django's
+# SMTP backend; retried on the webhook schedule above. Django's own names. No
+# EMAIL_HOST: email is off (nothing is recorded; the console says so).
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "").strip()
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")  # never logged
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+# A dead mail server costs the worker at most this per attempt (Django's default
+# is no timeout: an attempt could hang a worker slot for good).
+EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 10.0)
+ZEROLOCK_EMAIL_FROM = os.environ.get("ZEROLOCK_EMAIL_FROM", "ZeroLock <zerolock@localhost>")
+DEFAULT_FROM_EMAIL = SERVER_EMAIL = ZEROLOCK_EMAIL_FROM
+# The reminder mail (approval.expiring) goes this long before a pending request
+# expires: the same lead as a webhook subscription's default.
+ZEROLOCK_APPROVAL_REMINDER_SECONDS = env_int("ZEROLOCK_APPROVAL_REMINDER_SECONDS", 300)
 # A connection that has not sent a whole request head this long after it opened
 # (or, kept alive, after the first byte of its next request) is closed: 408 if a
 # head had begun, nothing if it stayed silent. Counted from the start, so a head
