@@ -93,7 +93,7 @@ class WebhookSubscriptionForm(forms.ModelForm):
 
     class Meta:
         model = WebhookSubscription
-        fields = ["name", "url", "events", "active", "expiring_lead_seconds", "secret"]
+        fields = ["name", "url", "format", "events", "active", "expiring_lead_seconds", "secret"]
 
     def clean_url(self) -> str:
         url = self.cleaned_data["url"]
@@ -127,6 +127,7 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
     list_display = [
         "name",
         "url",
+        "format",
         "events_shown",
         "active",
         "expiring_lead_seconds",
@@ -134,7 +135,7 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
         "retrying",
         "failed",
     ]
-    list_filter = ["active"]
+    list_filter = ["active", "format"]
     actions = ["send_test_event"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WebhookSubscription]:

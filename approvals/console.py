@@ -313,6 +313,8 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             "status": status,
             "current": current,
             "stale": read.stale and pending,
+            "stale_refusal": stale_refusal(read) if read.stale and pending else "",
+            "stale_reason": stale_reason(read) if read.stale and pending else "",
             "diff": lines,
             "summary": summary,
             "intended": intended,
@@ -408,6 +410,26 @@ def _settled(approval_id: str) -> str:
     )
 
 
+def stale_reason(read: ApprovalNow) -> str:
+    """What "Reject as stale" records: the versions, in the server's words."""
+    now = f"v{read.current_version}" if read.current_version is not None else "deleted"
+    return (
+        f"Stale: the shard moved on from v{read.approval.expected_version} (now {now}) "
+        "before this was decided; ask again against the current value."
+    )
+
+
+def stale_refusal(read: ApprovalNow) -> str:
+    """Why a stale request cannot be approved here: one sentence for the page
+    and for a refused decision."""
+    now = f"v{read.current_version}" if read.current_version is not None else "deleted"
+    return (
+        f"This request can no longer apply: it names v{read.approval.expected_version} of "
+        f"the shard, which has moved on (now {now}). Approving it would write nothing; "
+        "the agent must ask again (a new request can name this one as previous_id)."
+    )
+
+
 @login_required
 @require_POST
 def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
@@ -415,7 +437,7 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     if not _can_decide(request):
         raise PermissionDenied("Only risk officers may decide approvals.")
     action = request.POST.get("action")
-    if action not in ("approve", "reject", "edit", "request_changes"):
+    if action not in ("approve", "reject", "reject_stale", "edit", "request_changes"):
         messages.error(request, "Choose approve or reject.")
         return redirect("console-detail", approval_id=approval_id)
     decision: dict[str, Any] = {}
@@ -434,26 +456,33 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     if settled:
         messages.info(request, settled)
         return redirect("console-detail", approval_id=approval_id)
-    if action in ("approve", "edit") and request.POST.get("override_stale") != "yes":
-        # A stale request would not apply: approving it needs the officer to say
-        # they mean it, having seen the three values (the page asks for that).
+    reason = request.POST.get("message" if action == "request_changes" else "reason", "")
+    if action in ("approve", "edit", "reject_stale"):
         asked = Approval.objects.only("shard_id", "expected_version").filter(pk=approval_id).first()
         read = selectors.approval_now(asked) if asked is not None else None
-        if read is not None and read.stale:
-            now = f"v{read.current_version}" if read.current_version is not None else "deleted"
-            messages.error(
-                request,
-                f"The shard has moved on (expected v{read.approval.expected_version}, now "
-                f"{now}): the change would not apply. Reject it as stale, or confirm that you "
-                "want to approve it anyway.",
-            )
+        stale = read is not None and read.stale
+        if action == "reject_stale":
+            if read is not None and not stale:
+                messages.error(
+                    request, "The shard has not moved on: reject with your own reason instead."
+                )
+                return redirect("console-detail", approval_id=approval_id)
+            # The server writes the stale reason, so the rejection says why
+            # whether or not the reason box (or the page's script) said anything.
+            note = reason.strip()
+            reason = stale_reason(read) + (f" {note}" if note else "") if read else note
+            action = "reject"
+        elif stale and read is not None:
+            # No "approve anyway" (docs/decisions.md): the commit would be refused,
+            # so the console does not record an approval nothing can use.
+            messages.error(request, f"{stale_refusal(read)} Reject it as stale.")
             return redirect("console-detail", approval_id=approval_id)
     try:
         approval = services.approval_decide(
             approval_id=approval_id,
             decider=services.Decider.user(user),
             approve=action in ("approve", "edit"),
-            reason=request.POST.get("message" if action == "request_changes" else "reason", ""),
+            reason=reason,
             **decision,
         )
     except ApiError as error:
@@ -613,6 +642,11 @@ def edit_preview(request: HttpRequest, approval_id: str) -> HttpResponse:
     settled = _settled(approval_id)
     if settled:
         messages.info(request, settled)
+        return redirect("console-detail", approval_id=approval_id)
+    read = selectors.approval_now(approval)
+    if read.stale:
+        # An edit approves too, at the version the request names: it would not apply.
+        messages.error(request, f"{stale_refusal(read)} Reject it as stale.")
         return redirect("console-detail", approval_id=approval_id)
     text = request.POST.get("edited_value", "")
     error, edited, summary, omitted = "", None, None, ""

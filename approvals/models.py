@@ -310,6 +310,15 @@ class WebhookEvent(models.TextChoices):
     EXPIRED = "approval.expired"
 
 
+class WebhookFormat(models.TextChoices):
+    """What the POST body looks like: our signed JSON, or a message a chat
+    service's incoming webhook posts as it is (approvals.chat)."""
+
+    STANDARD = "standard", "standard (signed JSON)"
+    SLACK = "slack", "Slack incoming webhook"
+    TEAMS = "teams", "Teams incoming webhook (Adaptive Card)"
+
+
 def new_webhook_secret() -> str:
     """Standard Webhooks style: "whsec_" and the base64 of 32 random bytes."""
     import base64
@@ -334,6 +343,13 @@ class WebhookSubscription(models.Model):
     active = models.BooleanField(default=True)
     expiring_lead_seconds = models.PositiveIntegerField(
         default=300, help_text="How long before expiry approval.expiring is sent."
+    )
+    format = models.CharField(
+        max_length=16,
+        choices=WebhookFormat.choices,
+        default=WebhookFormat.STANDARD,
+        help_text="Standard: the signed JSON event. Slack or Teams: a chat message for an "
+        "incoming-webhook URL, linking to the request in the console.",
     )
     created_at = models.DateTimeField(default=timezone.now)
 

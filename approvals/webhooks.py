@@ -14,7 +14,11 @@ keyed with the base64-decoded part of the subscription's ``whsec_`` secret.
 A failed attempt is retried with exponential backoff (``retry_delays``: by
 default 10 s doubling up to an hour, 15 attempts over about 6.4 hours); every
 attempt is recorded and shown in admin, where an admin can also redeliver a
-delivery or send a subscription a test event."""
+delivery or send a subscription a test event.
+
+A subscription whose ``format`` is ``slack`` or ``teams`` gets the same event
+as a chat message (approvals.chat) with the same headers; the stored payload
+is the standard one either way."""
 
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from django.utils import timezone
 
 from common.inputs import iso_time
 
+from . import chat
 from .models import (
     Approval,
     ApprovalStatus,
@@ -220,7 +225,11 @@ def deliver(delivery_id: str) -> str:
     ):
         return "skipped"
     subscription = delivery.subscription
-    body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True).encode()
+    # Formatted here, not when stored: the delivery keeps the standard payload
+    # (admin, redelivery and tests read one truth), and a subscription switched
+    # to Slack or Teams gets the new shape on its next attempt.
+    sent = chat.wire_payload(subscription.format, delivery.payload)
+    body = json.dumps(sent, separators=(",", ":"), sort_keys=True).encode()
     timestamp = int(time.time())
     headers = {
         "content-type": "application/json",

@@ -99,6 +99,9 @@
     if (section) section.dataset.stale = "1";
     var values = document.getElementById("three-values");
     if (values) values.open = true;
+    // Nothing left to approve: a confirmation already open would commit nothing.
+    var dialog = document.getElementById("confirm-approve");
+    if (dialog && dialog.open) dialog.close();
   }
 
   // Fetch this page again and swap in everything but the decision form.
@@ -181,26 +184,27 @@
     form.addEventListener("click", function (event) {
       var button = event.target.closest("button[name=action]");
       if (!button) return;
+      // The server writes the stale reason itself; the officer's, if any, follows it.
+      if (button.value === "reject_stale") return;
       if (button.value === "reject") {
-        if (button.id === "reject-stale") {
-          var reason = document.getElementById("reason");
-          if (!reason.value.trim()) reason.value = button.dataset.reason;
-        }
         if (!reasonCheck(event)) submitting = false;
         return;
       }
       // Approving takes a second, deliberate step in a dialog.
       event.preventDefault();
+      if (!dialog) return;
       pendingApprove = button;
       dialog.showModal();
       document.getElementById("confirm-cancel").focus();
     });
-    document.getElementById("confirm-cancel").addEventListener("click", function () { dialog.close(); });
-    document.getElementById("confirm-yes").addEventListener("click", function () {
-      dialog.close();
-      submitting = true;
-      form.requestSubmit(pendingApprove);
-    });
+    if (dialog) {
+      document.getElementById("confirm-cancel").addEventListener("click", function () { dialog.close(); });
+      document.getElementById("confirm-yes").addEventListener("click", function () {
+        dialog.close();
+        submitting = true;
+        form.requestSubmit(pendingApprove);
+      });
+    }
     // "Approve, and approve the same kind for 1 hour": its own dialog says what
     // the policy will cover; only its "Yes" submits.
     var sameKind = document.getElementById("approve-same-kind");
@@ -214,11 +218,6 @@
         sameKindDialog.close();
       });
     }
-    var override = document.getElementById("override-stale");
-    if (override) override.addEventListener("change", function () {
-      document.getElementById("approve-anyway").disabled = !override.checked;
-      if (override.checked) document.getElementById("three-values").open = true;
-    });
     document.getElementById("reason").addEventListener("input", function () {
       if (this.value.trim()) document.getElementById("reason-error").hidden = true;
     });
@@ -330,11 +329,10 @@
     if (!detail) return;
     if (key === "a") {
       var approve = document.getElementById("approve");
-      var anyway = document.getElementById("approve-anyway");
       var section = document.getElementById("decide");
-      var button = section && section.dataset.stale === "1" ? anyway : approve;
-      if (button && !button.disabled) button.click();
-      else if (section && section.dataset.stale === "1") document.getElementById("override-stale").focus();
+      // A stale request cannot be approved: "a" lands on the one thing left to do.
+      if (section && section.dataset.stale === "1") document.getElementById("reject-stale").focus();
+      else if (approve && !approve.disabled) approve.click();
     } else if (key === "r") {
       var reason = document.getElementById("reason");
       if (!reason || reason.disabled) return;
@@ -399,7 +397,7 @@
       history.replaceState(null, "", location.pathname);
       var section = document.getElementById("decide");
       if (section && section.dataset.stale !== "1") document.getElementById("approve").click();
-      else if (section) document.getElementById("override-stale").focus();
+      else if (section) document.getElementById("reject-stale").focus();
     } else if (location.hash === "#reject") {
       history.replaceState(null, "", location.pathname);
       var reason = document.getElementById("reason");

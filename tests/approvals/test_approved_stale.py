@@ -87,10 +87,10 @@ def test_console_history_and_admin_spell_it_out_in_amber(stale_approval):
     assert "approved – not applied (stale)" in page
 
 
-def test_the_console_refuses_to_approve_a_stale_request_without_the_explicit_choice():
+def asked_then_moved(officer: str = "rita") -> tuple[Approval, Client]:
     groups_ensure()
-    rita = User.objects.create_user("rita", password="x")
-    rita.groups.add(Group.objects.get(name="Risk officers"))
+    user = User.objects.create_user(officer, password="x")
+    user.groups.add(Group.objects.get(name="Risk officers"))
     shard_create(
         actor=Actor("treasurer"), shard_id="budget", shard_type="decision", initial_value=1
     )
@@ -103,10 +103,51 @@ def test_the_console_refuses_to_approve_a_stale_request_without_the_explicit_cho
     )
     Shard.objects.filter(pk="budget").update(version=2, value=3)
     client = Client()
-    client.force_login(rita)
+    client.force_login(user)
+    return approval, client
+
+
+def test_the_console_never_approves_a_stale_request_not_even_when_told_to_anyway():
+    approval, client = asked_then_moved()
     url = f"/console/approvals/{approval.id}/decide"
     page = client.post(url, {"action": "approve"}, follow=True).content.decode()
-    assert "The shard has moved on" in page
+    assert "This request can no longer apply" in page
+    assert "the agent must ask again" in page
     assert Approval.objects.get(pk=approval.id).status == "pending"
+    # The old "approve anyway" form field is not a way around it any more.
     client.post(url, {"action": "approve", "override_stale": "yes"})
-    assert Approval.objects.get(pk=approval.id).status == "approved_stale"
+    client.post(url, {"action": "edit", "edited_value": "5", "override_stale": "yes"})
+    assert Approval.objects.get(pk=approval.id).status == "pending"
+    preview = client.post(f"/console/approvals/{approval.id}/edit", {"edited_value": "5"})
+    assert preview.status_code == 302
+    assert "commits" not in client.get(preview["Location"]).content.decode()
+
+
+def test_reject_as_stale_records_the_stale_reason_with_the_reason_box_empty():
+    approval, client = asked_then_moved()
+    url = f"/console/approvals/{approval.id}/decide"
+    client.post(url, {"action": "reject_stale", "reason": ""})
+    rejected = Approval.objects.get(pk=approval.id)
+    assert rejected.status == "rejected"
+    assert rejected.reason == (
+        "Stale: the shard moved on from v1 (now v2) before this was decided; "
+        "ask again against the current value."
+    )
+
+
+def test_reject_as_stale_keeps_the_officers_reason_after_the_stale_one():
+    approval, client = asked_then_moved()
+    url = f"/console/approvals/{approval.id}/decide"
+    client.post(url, {"action": "reject_stale", "reason": "Budget is frozen."})
+    reason = Approval.objects.get(pk=approval.id).reason
+    assert reason.startswith("Stale: the shard moved on from v1 (now v2)")
+    assert reason.endswith(" Budget is frozen.")
+
+
+def test_reject_as_stale_is_refused_while_the_shard_has_not_moved():
+    approval, client = asked_then_moved()
+    Shard.objects.filter(pk="budget").update(version=1, value=1)
+    url = f"/console/approvals/{approval.id}/decide"
+    page = client.post(url, {"action": "reject_stale"}, follow=True).content.decode()
+    assert "has not moved on" in page
+    assert Approval.objects.get(pk=approval.id).status == "pending"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 from django.contrib.auth.models import User
@@ -46,7 +48,7 @@ def test_an_open_page_gets_the_drift_banner_and_reject_as_stale_becomes_the_main
     expect(banner).to_contain_text("moved on to v2", timeout=5000)
     expect(page.locator("#reject-stale")).to_be_visible()
     expect(page.locator("#approve")).to_be_hidden()
-    expect(page.locator("#approve-anyway")).to_be_disabled()
+    expect(page.locator("#stale-note")).to_contain_text("can no longer apply")
     expect(page.locator("#three-values")).to_have_attribute("open", "")
     expect(page.locator("#shard-version")).to_have_text("v2")
     assert page.input_value("#reason") == "Checking with finance first"  # no reload
@@ -55,38 +57,47 @@ def test_an_open_page_gets_the_drift_banner_and_reject_as_stale_becomes_the_main
     page.reload()
     expect(page.locator("#reject-stale")).to_be_visible()
     expect(page.locator("#approve")).to_be_hidden()
-    page.click("#reject-stale")  # fills in a reason saying why
+    page.fill("#reason", "")
+    page.click("#reject-stale")  # the server writes the reason saying why
     expect(page.locator("#approval-status")).to_have_text("rejected")
     assert Approval.objects.get(pk=approval_id).reason.startswith("Stale:")
 
 
-def test_approving_a_stale_request_anyway_needs_the_explicit_choice_and_ends_amber(
-    console, browser
-):
+def test_a_stale_request_offers_no_approval_only_reject_as_stale_with_its_reason(console, browser):
     from playwright.sync_api import expect
 
     url, executor = console["url"], console["executor"]
     approval_id = executor.request("budget", {"limit": 900, "note": "start"}, "Raise the limit")
     executor.commit("budget", {"limit": 150, "note": "moved"})
     page = browser(url, "rita", path=f"/console/approvals/{approval_id}")
-    expect(page.locator("#stale-callout")).to_be_visible()
-    page.check("#override-stale")
-    expect(page.locator("#three-values")).to_have_attribute("open", "")
-    page.click("#approve-anyway")
-    expect(page.locator("#confirm-approve")).to_be_visible()
-    page.click("#confirm-yes")
-    status = page.locator("#approval-status")
-    expect(status).to_have_text("approved – not applied (stale)")
-    expect(status).to_have_class("badge status-approved_stale")
-    colour = status.evaluate("el => getComputedStyle(el).backgroundColor")
-    assert colour == "rgb(255, 232, 179)"  # amber, not the green of a commit
-    page.screenshot(
-        path=str(console["shots"] / "console-detail-approved-stale.png"), full_page=True
+    callout = page.locator("#stale-callout")
+    expect(callout).to_contain_text("This request can no longer apply")
+    expect(callout).to_contain_text("the agent must ask again")
+    expect(page.locator("#stale-note")).to_be_visible()
+    expect(page.locator("#stale-note")).to_contain_text("can no longer apply")
+    # Nothing on the page approves it, or says approving "commits".
+    expect(page.locator("#approve-anyway")).to_have_count(0)
+    expect(page.locator("#override-stale")).to_have_count(0)
+    expect(page.locator("#confirm-approve")).to_have_count(0)
+    expect(page.get_by_role("button", name=re.compile("approve", re.I))).to_have_count(0)
+    assert "commits" not in page.locator("body").inner_text()
+    expect(page.locator("#edit-box")).to_be_hidden()
+    page.keyboard.press("a")  # the approve key lands on the one thing left to do
+    expect(page.locator("#reject-stale")).to_be_focused()
+    assert Approval.objects.get(pk=approval_id).status == "pending"
+
+    expect(page.locator("#reason")).to_have_value("")
+    page.click("#reject-stale")
+    expect(page.locator("#approval-status")).to_have_text("rejected")
+    approval = Approval.objects.get(pk=approval_id)
+    assert approval.status == "rejected"
+    assert approval.reason == (
+        "Stale: the shard moved on from v1 (now v2) before this was decided; "
+        "ask again against the current value."
     )
-    assert Approval.objects.get(pk=approval_id).status == "approved_stale"
-    page.goto(f"{url}/console/history")
-    expect(page.locator(f"tr:has(a[href$='{approval_id}']) .badge")).to_have_text(
-        "approved – not applied (stale)"
+    assert approval.decisions.get().reason == approval.reason
+    page.screenshot(
+        path=str(console["shots"] / "console-detail-rejected-stale.png"), full_page=True
     )
 
 

@@ -95,13 +95,13 @@ def surfaces(make_key, client_for) -> dict[str, Surface]:
 
 
 def approve_is_held_back(approval: Approval) -> bool:
-    """The console's check before an approve: a stale request needs the officer's
-    explicit override, else nothing is decided."""
+    """The console's check before an approve: a stale request is not approved
+    there (it could not apply); the page says so and nothing is decided."""
     officer = signed_in(person(f"officer-{approval.id[-6:]}", "Risk officers"))
     page = officer.post(
         f"/console/approvals/{approval.id}/decide", {"action": "approve"}, follow=True
     ).content.decode()
-    held = "confirm that you want to approve it anyway" in page
+    held = "This request can no longer apply" in page
     assert (Approval.objects.get(pk=approval.id).status == ApprovalStatus.PENDING) == held
     return held
 

@@ -347,6 +347,7 @@ def test_admins_manage_subscriptions_and_see_every_attempt_in_admin(worker, api)
             {
                 "name": "ops",
                 "url": receiver.url,
+                "format": "standard",
                 "events": ["approval.requested"],
                 "active": "on",
                 "expiring_lead_seconds": "300",
