@@ -28,6 +28,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import replace_url
 
 from access.auth import can_watch
+from audit.chain import value_digest
 from audit.models import AuditEntry
 from common.errors import ApiError
 from common.inputs import json_depth_check
@@ -323,6 +324,7 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             "current_value": current_value.text,
             "proposed_value": proposed_value.text,
             "applied_value": applied_value.text,
+            "applied_value_hash": value_digest(approval.value_to_apply),
             # The editor starts from what an approval would write now.
             "editor_value": json.dumps(
                 approval.value_to_apply, indent=2, sort_keys=True, ensure_ascii=False
@@ -441,6 +443,10 @@ def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
         messages.error(request, "Choose approve or reject.")
         return redirect("console-detail", approval_id=approval_id)
     decision: dict[str, Any] = {}
+    if action in ("approve", "edit"):
+        # What the page showed as the value to apply: another officer's edit
+        # since then refuses this approval (APPROVAL_VALUE_CHANGED).
+        decision["expected_value_hash"] = request.POST.get("expected_value_hash") or None
     if action == "edit":
         try:
             decision["edited_value"] = json.loads(request.POST.get("edited_value", ""))
@@ -547,6 +553,7 @@ def approve_same_kind(request: HttpRequest, approval_id: str) -> HttpResponse:
             decider=services.Decider.user(user),
             approve=True,
             reason=reason,
+            expected_value_hash=request.POST.get("expected_value_hash") or None,
         )
     except ApiError as error:
         messages.error(request, f"{error.code}: {error.message}")
@@ -681,6 +688,8 @@ def edit_preview(request: HttpRequest, approval_id: str) -> HttpResponse:
             "summary": summary,
             "diff_omitted": omitted,
             "canonical": json.dumps(edited, sort_keys=True, ensure_ascii=False),
+            # The edit replaces what this page compared it with, and only that.
+            "applied_value_hash": value_digest(approval.value_to_apply),
             "unchanged": not error and summary is not None and not summary.rows,
         },
         status=400 if error else 200,

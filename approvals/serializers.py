@@ -9,6 +9,7 @@ from django.db.models import prefetch_related_objects
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from audit.chain import value_digest
 from common.boundeddiff import json_too_deep
 from common.ids import ShardIdField
 from common.inputs import (
@@ -97,6 +98,13 @@ class ApprovalDecisionRequestSerializer(DecisionSerializer):
         "the shard's value_schema and owners; a refusal leaves the request pending), then "
         "committed at the approval's expected_version. Approvals cast for another value stop "
         "counting: the edit is its decider's one vote for the edited value.",
+    )
+    expected_value_hash = serializers.RegexField(
+        r"^[0-9a-f]{64}$",
+        required=False,
+        help_text="Approve only if the value this request would apply is still the one the "
+        "decider saw: its applied_value_hash (SHA-256 of the canonical JSON). Another "
+        "decider's edit in between answers 409 APPROVAL_VALUE_CHANGED and records nothing.",
     )
 
 
@@ -210,6 +218,10 @@ class ApprovalSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="What an approval writes: edited_value when edited, else proposed_value.",
     )
+    applied_value_hash = serializers.CharField(
+        help_text="SHA-256 (hex) of applied_value's canonical JSON: send it back as the "
+        "approve call's expected_value_hash to approve only the value you saw.",
+    )
     previous_id = serializers.CharField(
         allow_null=True, help_text="The earlier request this one follows, if any."
     )
@@ -229,6 +241,7 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "edited",
             "edited_by",
             "applied_value",
+            "applied_value_hash",
             "previous_id",
             "expected_version",
             "value_at_request",
@@ -311,6 +324,7 @@ def approval_data(
         "edited": approval.edited,
         "edited_by": approval.edited_by,
         "applied_value": approval.value_to_apply,
+        "applied_value_hash": value_digest(approval.value_to_apply),
         "previous_id": approval.previous_id or None,
         "expected_version": approval.expected_version,
         "value_at_request": approval.value_at_request if sees_values else None,

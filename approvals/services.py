@@ -252,12 +252,14 @@ def approval_decide(
     reason: str = "",
     edited_value: Any = NO_EDIT,
     request_changes: bool = False,
+    expected_value_hash: str | None = None,
 ) -> Approval:
     """Approve or reject, or (``request_changes``) end the request with a message
     for the agent. The final approval applies the commit through the same OCC
     function as a direct commit, in the same transaction. ``edited_value``: the
     decider approves this instead of the proposal (``_edit``: checked like a commit
-    before anything is stored)."""
+    before anything is stored). ``expected_value_hash``: approve only while the
+    value to apply is still the one the decider saw (``value_seen_check``)."""
     reason = reason.strip()
     if request_changes and not reason:
         raise Invalid(
@@ -291,6 +293,8 @@ def approval_decide(
                 current_status=approval.status,
             )
         else:
+            if approve and expected_value_hash:
+                value_seen_check(approval, expected_value_hash)
             audited = None
             if kind == DecisionKind.EDIT:
                 audited = _edit(approval, decider, edited_value)
@@ -303,6 +307,22 @@ def approval_decide(
             expires_at=iso_time(approval.expires_at),
         )
     return approval
+
+
+def value_seen_check(approval: Approval, expected_value_hash: str) -> None:
+    """Under the decision's lock: another decider's edit since this one looked
+    (the value to apply no longer hashes to what they saw) refuses the approval,
+    so nobody approves a value they never saw (docs/decisions.md)."""
+    applied_hash = value_digest(approval.value_to_apply)
+    if applied_hash != expected_value_hash:
+        raise ApiError(
+            ErrorCode.APPROVAL_VALUE_CHANGED,
+            f"The value approval {approval.id} would apply changed since you saw it "
+            f"(edited by {approval.edited_by or 'another decider'}): review it and decide again.",
+            applied_value=approval.value_to_apply,
+            applied_value_hash=applied_hash,
+            edited_by=approval.edited_by,
+        )
 
 
 def _edit(approval: Approval, decider: Decider, edited_value: Any) -> dict[str, Any] | None:

@@ -198,7 +198,14 @@ class ApprovalDecideView(ApiView):
     def post(self, request: Request, approval_id: str) -> Response:
         data = parsed(ApprovalDecisionRequestSerializer, request.data if request.data else {})
         edited = {"edited_value": data["edited_value"]} if "edited_value" in data else {}
-        return _decided(request, approval_id, approve=True, reason=data["reason"], **edited)
+        return _decided(
+            request,
+            approval_id,
+            approve=True,
+            reason=data["reason"],
+            expected_value_hash=data.get("expected_value_hash"),
+            **edited,
+        )
 
 
 class ApprovalRejectView(ApiView):

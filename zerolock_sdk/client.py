@@ -435,13 +435,23 @@ class ZeroLockClient:
         return Approval.from_json(await self.request("GET", f"/api/approvals/{approval_id}"))
 
     async def approve(
-        self, approval_id: str, reason: str = "", *, edited_value: Any = NO_EDIT
+        self,
+        approval_id: str,
+        reason: str = "",
+        *,
+        edited_value: Any = NO_EDIT,
+        expected_value_hash: str | None = None,
     ) -> Approval:
         """``edited_value``: approve this value instead of the proposal (None is a
-        value); the server checks it like a commit and applies it."""
+        value); the server checks it like a commit and applies it.
+        ``expected_value_hash``: the ``applied_value_hash`` you reviewed; if another
+        decider edited the value since, the server answers 409
+        APPROVAL_VALUE_CHANGED (a ``ConflictError``) and records nothing."""
         body: dict[str, Any] = {"reason": reason}
         if edited_value is not NO_EDIT:
             body["edited_value"] = edited_value
+        if expected_value_hash is not None:
+            body["expected_value_hash"] = expected_value_hash
         data = await self.request("POST", f"/api/approvals/{approval_id}/approve", json_body=body)
         return Approval.from_json(data)
 

@@ -140,6 +140,9 @@ class Approval:
     edited_value: Any = None
     edited: bool = False
     applied_value: Any = None
+    # SHA-256 of applied_value's canonical JSON: approve(..., expected_value_hash=)
+    # approves only while the value to apply is still this one.
+    applied_value_hash: str = ""
     # The earlier request this one follows (see ``ApprovalStatus.CHANGES_REQUESTED``).
     previous_id: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -185,6 +188,7 @@ class Approval:
             edited=data.get("edited", False),
             # Servers before edits have no applied_value: the proposal is what applied.
             applied_value=data.get("applied_value", data.get("proposed_value")),
+            applied_value_hash=data.get("applied_value_hash", ""),
             previous_id=data.get("previous_id"),
             raw=data,
         )

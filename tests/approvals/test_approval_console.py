@@ -226,3 +226,38 @@ def test_approving_the_same_kind_past_the_policy_cap_still_approves_and_says_no_
     assert payment.status == "committed"
     page = rita.get(f"/console/approvals/{payment.id}").content.decode()
     assert "but no standing policy was created: TOO_MANY_POLICIES" in page
+
+
+def test_an_officer_whose_page_predates_another_officers_edit_cannot_approve_the_edit_unseen(
+    risk_officer, payment
+):
+    from approvals.services import Decider, approval_decide
+
+    Approval.objects.filter(pk=payment.pk).update(approvals_required=2)
+    rita = signed_in(risk_officer)
+    page = rita.get(f"/console/approvals/{payment.id}").content.decode()
+    seen = re.search(r'name="expected_value_hash" value="([0-9a-f]{64})"', page).group(1)
+    # Meanwhile another officer approves with an edit: 600 instead of 750.
+    edna = person("edna", "Risk officers")
+    approval_decide(
+        approval_id=payment.id,
+        decider=Decider.user(edna),
+        approve=True,
+        edited_value={"balance": 600, "note": "start"},
+    )
+    response = rita.post(
+        f"/console/approvals/{payment.id}/decide",
+        {"action": "approve", "expected_value_hash": seen},
+        follow=True,
+    )
+    assert "APPROVAL_VALUE_CHANGED" in response.content.decode()
+    payment.refresh_from_db()
+    assert payment.status == "pending"
+    assert [d.principal for d in payment.decisions.all()] == [f"user:{edna.pk}"]
+    # Reloaded, the page carries the edited value's hash, and the approval applies it.
+    page = rita.get(f"/console/approvals/{payment.id}").content.decode()
+    now = re.search(r'name="expected_value_hash" value="([0-9a-f]{64})"', page).group(1)
+    rita.post(
+        f"/console/approvals/{payment.id}/decide", {"action": "approve", "expected_value_hash": now}
+    )
+    assert Shard.objects.get(pk="treasury").value == {"balance": 600, "note": "start"}

@@ -434,3 +434,43 @@ def test_racing_edits_and_approvals_commit_once_and_only_with_votes_for_the_appl
         last_edit = edits[-1]
         assert approval.edited_by == last_edit.decider
         assert all(d.id >= last_edit.id for d in counted)
+
+
+def test_an_approval_of_a_value_another_officer_edited_since_it_was_seen_is_refused(
+    live_server_url,
+):
+    """The edit race closed (docs/decisions.md): an officer approves with the
+    hash of the value it reviewed; another officer's edit in between refuses it,
+    and nothing is recorded, so nobody's vote counts for a value they never saw."""
+    a_payment_shard("pay-seen", approvals_required=2)
+    agent, (first, editor, _) = keys()
+    asked = ask(live_server_url, agent, "pay-seen", {"amount": 900, "to": "acme"})
+    path = f"/api/approvals/{asked['id']}/approve"
+    seen = asked["applied_value_hash"]
+    assert len(seen) == 64
+    edited = call(
+        live_server_url, editor, "o2", "POST", path, {"edited_value": {"amount": 400, "to": "acme"}}
+    ).json()
+    assert edited["applied_value_hash"] != seen
+
+    late = call(live_server_url, first, "o1", "POST", path, {"expected_value_hash": seen})
+    assert late.status_code == 409, late.text
+    error = late.json()["error"]
+    assert error["code"] == "APPROVAL_VALUE_CHANGED"
+    assert error["applied_value"] == {"amount": 400, "to": "acme"}
+    assert error["applied_value_hash"] == edited["applied_value_hash"]
+    now = call(live_server_url, first, "o1", "GET", f"/api/approvals/{asked['id']}").json()
+    assert (now["status"], len(now["decisions"])) == ("pending", 1)
+
+    # Having seen the edited value, the officer approves it: the quorum is reached.
+    done = call(
+        live_server_url,
+        first,
+        "o1",
+        "POST",
+        path,
+        {"expected_value_hash": error["applied_value_hash"]},
+    ).json()
+    assert (done["status"], done["applied_value"]) == ("committed", {"amount": 400, "to": "acme"})
+    malformed = call(live_server_url, first, "o1", "POST", path, {"expected_value_hash": "abc"})
+    assert malformed.status_code == 400

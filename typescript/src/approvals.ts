@@ -3,7 +3,7 @@
  * wait_for_approval): the `approval_decided` push on the agent socket ends the
  * wait at once; polling GET /api/approvals/{id} is the fallback, and the truth.
  */
-import type { ZeroLockClient } from "./client.js";
+import type { ApproveOptions, ZeroLockClient } from "./client.js";
 import { AgentSocket } from "./socket.js";
 import type { Approval } from "./types.js";
 
@@ -88,8 +88,8 @@ export class ApprovalClient {
     return this.client.listApprovals({ ...filters, status: "pending" });
   }
 
-  approve(approvalId: string, reason = ""): Promise<Approval> {
-    return this.client.approve(approvalId, reason);
+  approve(approvalId: string, reason = "", options: ApproveOptions = {}): Promise<Approval> {
+    return this.client.approve(approvalId, reason, options);
   }
 
   reject(approvalId: string, reason: string): Promise<Approval> {

@@ -79,6 +79,13 @@ export interface WriteOptions {
   minimal?: boolean;
 }
 
+export interface ApproveOptions extends WriteOptions {
+  /** Approve this value instead of the proposal (null is a value). */
+  editedValue?: unknown;
+  /** The `applied_value_hash` reviewed: refused (409) if the value changed since. */
+  expectedValueHash?: string;
+}
+
 export interface CommitOptions extends WriteOptions {
   readSet?: Record<string, number>;
   fence?: number;
@@ -455,10 +462,20 @@ export class ZeroLockClient {
     return approvals;
   }
 
-  async approve(approvalId: string, reason = "", options: WriteOptions = {}): Promise<Approval> {
+  /**
+   * `editedValue`: approve this value instead of the proposal (checked like a
+   * commit). `expectedValueHash`: the `applied_value_hash` you reviewed; if
+   * another decider edited the value since, 409 APPROVAL_VALUE_CHANGED and
+   * nothing is recorded.
+   */
+  async approve(approvalId: string, reason = "", options: ApproveOptions = {}): Promise<Approval> {
+    const { editedValue, expectedValueHash, ...write } = options;
+    const body: Record<string, unknown> = { reason };
+    if ("editedValue" in options) body.edited_value = editedValue;
+    if (expectedValueHash !== undefined) body.expected_value_hash = expectedValueHash;
     return this.call<Approval>("POST", `/api/approvals/${encodeURIComponent(approvalId)}/approve`, {
-      ...options,
-      body: { reason },
+      ...write,
+      body,
     });
   }
 

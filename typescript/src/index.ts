@@ -10,6 +10,7 @@ export {
   type ZeroLockClientOptions,
   type CreateShardOptions,
   type CommitOptions,
+  type ApproveOptions,
   type AdditiveOptions,
   type WriteOptions,
   type TxnBody,

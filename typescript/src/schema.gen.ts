@@ -508,6 +508,8 @@ export interface components {
         Approval: {
             /** @description What an approval writes: edited_value when edited, else proposed_value. */
             applied_value: unknown;
+            /** @description SHA-256 (hex) of applied_value's canonical JSON: send it back as the approve call's expected_value_hash to approve only the value you saw. */
+            applied_value_hash: string;
             /** @description Approvals by distinct principals so far (of approvals_required). */
             approvals_counted: number;
             /** Format: int64 */
@@ -586,6 +588,8 @@ export interface components {
         ApprovalDecisionRequest: {
             /** @description Approve this value instead of the proposal. Checked like a commit (size, the shard's value_schema and owners; a refusal leaves the request pending), then committed at the approval's expected_version. Approvals cast for another value stop counting: the edit is its decider's one vote for the edited value. */
             edited_value?: components["schemas"]["JsonValue"] | null;
+            /** @description Approve only if the value this request would apply is still the one the decider saw: its applied_value_hash (SHA-256 of the canonical JSON). Another decider's edit in between answers 409 APPROVAL_VALUE_CHANGED and records nothing. */
+            expected_value_hash?: string;
             reason?: string;
         };
         ApprovalPage: {
