@@ -111,13 +111,22 @@ def current_group_ids(approval: Approval) -> set[int]:
     return groups
 
 
+def seen_groups(user: Any) -> frozenset[int] | None:
+    """The groups through which ``user`` sees routed requests; None: every
+    request (a superuser). For a caller that asks many times about one user
+    (the live page's socket)."""
+    return None if user.is_superuser else frozenset(_group_ids(user))
+
+
+def sees(groups: frozenset[int] | None, approval_groups: set[int] | frozenset[int]) -> bool:
+    """Whether a watcher with these ``seen_groups`` sees a request in these
+    groups (``current_group_ids``; empty: unrouted, seen by every watcher)."""
+    return groups is None or not approval_groups or bool(groups & approval_groups)
+
+
 def may_see(user: Any, approval: Approval) -> bool:
     """Whether a signed-in user may see this approval in the console."""
-    if not can_watch(user):
-        return False
-    if user.is_superuser or approval.approver_group_id is None:
-        return True
-    return bool(current_group_ids(approval) & _group_ids(user))
+    return can_watch(user) and sees(seen_groups(user), current_group_ids(approval))
 
 
 def may_decide(user: Any, approval: Approval) -> bool:
