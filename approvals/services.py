@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
 from django.utils import timezone
 
 from access.identity import Actor
@@ -548,16 +550,17 @@ def approval_escalate_due(*, now: datetime | None = None) -> int:
             )
             send_event_on_commit("approval_changed", approval=approval, event="escalated")
             webhooks.emit(WebhookEvent.ESCALATED, approval)
-            _escalated_notify(approval)
+            transaction.on_commit(partial(_escalated_notify, approval))
             escalated += 1
     return escalated
 
 
 def _escalated_notify(approval: Approval) -> None:
-    """Tells the escalation group's deciders by email, after the commit.
-    (The email module comes with its own change: the call to make here is
-    ``approvals.emails.email_officers("approval.escalated", approval,
-    routing.escalation_recipients(approval))``.)"""
+    """Email for an escalation, once it is committed: to the escalation group's
+    deciders (``routing.escalation_recipients``). The email module lands with
+    its own change, and this is the one place its call goes:
+    ``emails.email_officers("approval.escalated", approval,
+    routing.escalation_recipients(approval))``."""
 
 
 def approvals_end(audit: AuditWriter, shard_id: str) -> None:
