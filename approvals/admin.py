@@ -62,6 +62,11 @@ class ApprovalAdmin(admin.ModelAdmin):
     search_fields = ["id", "shard_id", "requested_by", "description"]
     inlines = [DecisionInline]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Approval]:
+        # Routing holds here too: staff with the view permission who are not
+        # superusers see only the requests routed to their groups (or unrouted).
+        return super().get_queryset(request).visible_to(request.user)
+
     @admin.display(description="status", ordering="status")
     def status_shown(self, approval: Approval) -> str:
         status = approval.effective_status

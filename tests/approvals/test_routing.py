@@ -417,3 +417,16 @@ def test_two_sweeps_at_once_escalate_a_request_once(people):
             thread.join(30)
     assert sorted(counts) == [0, 1]
     assert escalations(payment) == (1, 1)
+
+
+def test_staff_outside_the_group_do_not_find_the_request_in_the_admin(people, payment):
+    from django.contrib.auth.models import Permission
+
+    staff = person("stan", "Risk officers", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_approval"))
+    listing = signed_in(staff).get("/admin/approvals/approval/")
+    assert listing.status_code == 200
+    assert payment.id not in listing.content.decode()
+    assert (
+        payment.id in signed_in(people["root"]).get("/admin/approvals/approval/").content.decode()
+    )
