@@ -9,6 +9,7 @@ from .models import (
     Approval,
     ApprovalDecision,
     ApprovalPolicy,
+    ApprovalRoute,
     ApprovalStatus,
     EmailAttempt,
     EmailDelivery,
@@ -62,6 +63,11 @@ class ApprovalAdmin(admin.ModelAdmin):
     list_filter = ["status"]
     search_fields = ["id", "shard_id", "requested_by", "description"]
     inlines = [DecisionInline]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Approval]:
+        # Routing holds here too: staff with the view permission who are not
+        # superusers see only the requests routed to their groups (or unrouted).
+        return super().get_queryset(request).visible_to(request.user)
 
     @admin.display(description="status", ordering="status")
     def status_shown(self, approval: Approval) -> str:
@@ -323,3 +329,37 @@ class ApprovalPolicyAdmin(admin.ModelAdmin):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApprovalPolicy]) -> None:
         for policy in queryset:
             self.delete_model(request, policy)
+
+
+@admin.register(ApprovalRoute)
+class ApprovalRouteAdmin(admin.ModelAdmin):
+    """Who decides which shards' requests (approvals.routing). A change applies
+    to requests made after it: each request keeps the route it was made under."""
+
+    list_display = [
+        "prefix_shown",
+        "approver_group",
+        "escalation_shown",
+        "updated_at",
+    ]
+    list_select_related = ["approver_group", "escalation_group"]
+    search_fields = ["shard_prefix", "approver_group__name", "escalation_group__name"]
+    fields = [
+        "shard_prefix",
+        "approver_group",
+        "escalate_after_seconds",
+        "escalation_group",
+        "created_at",
+        "updated_at",
+    ]
+    readonly_fields = ["created_at", "updated_at"]
+
+    @admin.display(description="shard prefix", ordering="shard_prefix")
+    def prefix_shown(self, route: ApprovalRoute) -> str:
+        return route.shard_prefix or "(every other shard)"
+
+    @admin.display(description="escalation")
+    def escalation_shown(self, route: ApprovalRoute) -> str:
+        if route.escalate_after_seconds is None or route.escalation_group is None:
+            return "never"
+        return f"to {route.escalation_group} after {route.escalate_after_seconds} s"

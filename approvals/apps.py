@@ -13,12 +13,16 @@ class ApprovalsConfig(AppConfig):
         from shards.hooks import delete_hook_register, gate_register, tick_sweep_register
 
         from .gate import ApprovalGate
+        from .models import visibility_register
         from .roles import groups_ensure
+        from .routing import visible_q
         from .selectors import approval_counts
-        from .services import approval_expire_due, approvals_end
+        from .services import approval_escalate_due, approval_expire_due, approvals_end
 
         gate_register(ApprovalGate())
+        visibility_register(visible_q)
         tick_sweep_register("approvals", lambda: approval_expire_due(by="server"))
+        tick_sweep_register("approvals.escalation", lambda: approval_escalate_due())
         delete_hook_register("approvals", approvals_end)
         metrics_source_register("approvals", approval_counts)
         # The console's groups come back after every migrate if someone removed them.

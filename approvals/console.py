@@ -2,7 +2,9 @@
 
 Anyone who may watch (staff, or the view permission: "Viewers", "Risk officers")
 sees the pages; only the decide permission ("Risk officers", superusers) gets
-the approve and reject forms, and the POST checks it again."""
+the approve and reject forms, and the POST checks it again. Which requests a
+person sees and decides at all is routing's rule (approvals.routing): a request
+routed to a group they are not in is, for them, a request that does not exist."""
 
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from common.inputs import json_depth_check
 from shards.models import Shard
 from shards.value_schema import value_validate
 
-from . import emails, policies, selectors, services
+from . import emails, policies, routing, selectors, services
 from .diffs import (
     ApprovalDiff,
     approval_diff,
@@ -49,7 +51,7 @@ from .models import Approval, ApprovalQuerySet, ApprovalStatus
 from .review import SummaryRow, change_summary, first_change
 from .selectors import ApprovalNow, ShardNow
 
-DECIDE_PERMISSION = "approvals.decide_approval"
+DECIDE_PERMISSION = routing.DECIDE_PERMISSION
 
 
 def _watcher(request: HttpRequest) -> AbstractBaseUser:
@@ -62,7 +64,32 @@ def _watcher(request: HttpRequest) -> AbstractBaseUser:
 
 
 def _can_decide(request: HttpRequest) -> bool:
+    """May decide some approvals (the forms); which ones is ``routing.may_decide``."""
     return request.user.has_perm(DECIDE_PERMISSION)
+
+
+def _missing(request: HttpRequest, approval_id: str) -> HttpResponse:
+    return render(request, "console/missing.html", {"approval_id": approval_id}, status=404)
+
+
+def _seen(user: AbstractBaseUser, approval_id: str) -> Approval | None:
+    """The approval, if ``user`` may see it (else None: the same 404 as an unknown id)."""
+    return Approval.objects.visible_to(user).filter(pk=approval_id).first()
+
+
+def _decidable(request: HttpRequest, approval_id: str) -> AbstractBaseUser | HttpResponse:
+    """The signed-in decider of this approval, or the answer when they are not:
+    404 if they may not see it (not a hint that it exists), 403 if they may
+    see it but not decide it."""
+    user = _watcher(request)
+    if not _can_decide(request):
+        raise PermissionDenied("Only risk officers may decide approvals.")
+    approval = _seen(user, approval_id)
+    if approval is None:
+        return _missing(request, approval_id)
+    if not routing.may_decide(user, approval):
+        raise PermissionDenied("This request is routed to a group you are not in.")
+    return user
 
 
 SORTS: dict[str, Callable[[ApprovalQuerySet], ApprovalQuerySet]] = {
@@ -126,14 +153,16 @@ def queue_rows(request: HttpRequest) -> HttpResponse:
 @require_GET
 def pending_count(request: HttpRequest) -> JsonResponse:
     """For the navigation badge and the tab title, refreshed on live events."""
-    _watcher(request)
-    return JsonResponse({"pending": Approval.objects.pending().count()})
+    user = _watcher(request)
+    return JsonResponse({"pending": Approval.objects.visible_to(user).pending().count()})
 
 
 def _queue_context(request: HttpRequest) -> dict[str, Any]:
     filters = _queue_filters(request)
     now = timezone.now()
-    approvals = Approval.objects.pending(now).on_shards_starting(filters["shard"])
+    approvals = (
+        Approval.objects.visible_to(request.user).pending(now).on_shards_starting(filters["shard"])
+    )
     if filters["requester"]:
         # A part of the agent's id is enough: officers remember "billing", not
         # "billing-agent-7f3a".
@@ -206,6 +235,10 @@ def bulk_reject(request: HttpRequest) -> HttpResponse:
         return back
     rejected, failed = 0, []
     for approval_id in ids:
+        seen = _seen(user, approval_id)
+        if seen is None or not routing.may_decide(user, seen):
+            failed.append(f"{approval_id}: APPROVAL_NOT_FOUND")
+            continue
         try:
             services.approval_decide(
                 approval_id=approval_id,
@@ -252,9 +285,9 @@ class TrailEntry:
 @require_GET
 def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
     user = _watcher(request)
-    approval = Approval.objects.with_decisions().filter(pk=approval_id).first()
+    approval = Approval.objects.visible_to(user).with_decisions().filter(pk=approval_id).first()
     if approval is None:
-        return render(request, "console/missing.html", {"approval_id": approval_id}, status=404)
+        return _missing(request, approval_id)
     # One read of the shard: the versions, the value and its rules agree.
     current = (
         Shard.objects.filter(pk=approval.shard_id)
@@ -329,11 +362,11 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             "editor_value": json.dumps(
                 approval.value_to_apply, indent=2, sort_keys=True, ensure_ascii=False
             ),
-            "previous": Approval.objects.filter(pk=approval.previous_id).first()
-            if approval.previous_id
-            else None,
+            "previous": _seen(user, approval.previous_id) if approval.previous_id else None,
             "followers": list(
-                Approval.objects.filter(previous_id=approval.id).order_by("created_at")[:20]
+                Approval.objects.visible_to(user)
+                .filter(previous_id=approval.id)
+                .order_by("created_at")[:20]
             ),
             "drifted": moved,
             "decisions": decisions,
@@ -342,8 +375,8 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             "my_decision": mine,
             "trail": trail,
             "irreversible": current is not None and not current["reversible"],
-            "can_decide": _can_decide(request) and pending and mine is None,
-            "next_id": selectors.next_pending(approval.id),
+            "can_decide": routing.may_decide(user, approval) and pending and mine is None,
+            "next_id": selectors.next_pending(approval.id, user),
             "metadata": _metadata_rows(approval.metadata),
             "same_kind": _same_kind_covers(approval),
         },
@@ -435,9 +468,9 @@ def stale_refusal(read: ApprovalNow) -> str:
 @login_required
 @require_POST
 def decide(request: HttpRequest, approval_id: str) -> HttpResponse:
-    user = _watcher(request)
-    if not _can_decide(request):
-        raise PermissionDenied("Only risk officers may decide approvals.")
+    user = _decidable(request, approval_id)
+    if isinstance(user, HttpResponse):
+        return user
     action = request.POST.get("action")
     if action not in ("approve", "reject", "reject_stale", "edit", "request_changes"):
         messages.error(request, "Choose approve or reject.")
@@ -532,10 +565,12 @@ def approve_same_kind(request: HttpRequest, approval_id: str) -> HttpResponse:
     """Approve this request, then create a one-hour policy for the same kind
     (``policies.same_kind``), authored by this officer: the self-approval rule
     then keeps it off the officer's own keys' requests. The approval comes first,
-    so a refused decision creates no policy."""
-    user = _watcher(request)
-    if not _can_decide(request):
-        raise PermissionDenied("Only risk officers may decide approvals.")
+    so a refused decision creates no policy. Routing: only a decider of this
+    request creates one, and a policy decides only what its author may
+    (``services._policy_decide``)."""
+    user = _decidable(request, approval_id)
+    if isinstance(user, HttpResponse):
+        return user
     settled = _settled(approval_id)
     if settled:
         messages.info(request, settled)
@@ -609,14 +644,18 @@ def history(request: HttpRequest) -> HttpResponse:
         except ValueError:
             days[name] = None
             errors.append(f"{name.capitalize()}: {filters[name]!r} is not a date (YYYY-MM-DD).")
-    approvals = Approval.objects.matching(
-        status=filters["status"],
-        shard_id=filters["shard_id"],
-        requested_by=filters["requested_by"],
-        decided_by=filters["decided_by"],
-        since=days["since"],
-        until=days["until"],
-    ).newest_first()
+    approvals = (
+        Approval.objects.visible_to(request.user)
+        .matching(
+            status=filters["status"],
+            shard_id=filters["shard_id"],
+            requested_by=filters["requested_by"],
+            decided_by=filters["decided_by"],
+            since=days["since"],
+            until=days["until"],
+        )
+        .newest_first()
+    )
     page = Paginator(approvals, 50).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -640,12 +679,12 @@ def edit_preview(request: HttpRequest, approval_id: str) -> HttpResponse:
     """Approve with edits, step two: the edited value's change against the
     proposal, and the confirmation. Nothing is decided here; invalid JSON or a
     value the shard's schema refuses is shown with the text kept for fixing."""
-    _watcher(request)
-    if not _can_decide(request):
-        raise PermissionDenied("Only risk officers may decide approvals.")
+    user = _decidable(request, approval_id)
+    if isinstance(user, HttpResponse):
+        return user
     approval = Approval.objects.filter(pk=approval_id).first()
     if approval is None:
-        return render(request, "console/missing.html", {"approval_id": approval_id}, status=404)
+        return _missing(request, approval_id)
     settled = _settled(approval_id)
     if settled:
         messages.info(request, settled)

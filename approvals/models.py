@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
@@ -60,6 +61,21 @@ NEWEST_FIRST = ("-created_at", "-id")
 # What ``with_shard_now`` annotates.
 SHARD_VERSION_NOW = "shard_version_now"
 SHARD_CREATED_NOW = "shard_created_now"
+
+
+class _Visibility:
+    """Who may see which approvals is routing's rule (approvals.routing), which
+    reads these models and so cannot be imported by them: the app's ``ready()``
+    registers it here (``visibility_register``). Until then nobody sees any."""
+
+    rule: Callable[[Any], models.Q] = staticmethod(lambda user: models.Q(pk__in=[]))
+
+
+_visibility = _Visibility()
+
+
+def visibility_register(rule: Callable[[Any], models.Q]) -> None:
+    _visibility.rule = rule
 
 
 class ApprovalQuerySet(models.QuerySet):
@@ -127,6 +143,11 @@ class ApprovalQuerySet(models.QuerySet):
 
     def with_decisions(self) -> ApprovalQuerySet:
         return self.prefetch_related(decisions_prefetch())
+
+    def visible_to(self, user: Any) -> ApprovalQuerySet:
+        """The approvals ``user`` may see in the console: the list form of
+        ``approvals.routing.may_see`` (its ``visible_q``)."""
+        return self.filter(_visibility.rule(user))
 
     def matching(
         self,
@@ -209,6 +230,17 @@ class Approval(models.Model):
     # The earlier request (same shard, same requesting key) this one follows,
     # typically after "changes requested".
     previous_id = models.CharField(max_length=40, blank=True, db_index=True)
+    # Routing, resolved once at request time from the ApprovalRoute that matched
+    # (approvals.routing): a route changed later moves no request already made.
+    # Null approver_group: unrouted, every decider (as before routing existed).
+    approver_group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    escalation_group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    escalate_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
 
     objects = ApprovalQuerySet.as_manager()
 
@@ -308,6 +340,8 @@ class WebhookEvent(models.TextChoices):
     DECIDED = "approval.decided"
     EXPIRING = "approval.expiring"
     EXPIRED = "approval.expired"
+    # No decision by the route's escalate_at: the escalation group may now decide.
+    ESCALATED = "approval.escalated"
 
 
 class WebhookFormat(models.TextChoices):
@@ -563,3 +597,56 @@ class ApprovalPolicy(models.Model):
     @property
     def principal(self) -> str:
         return f"policy:{self.id}"
+
+
+# --- routing --------------------------------------------------------------------
+
+
+class ApprovalRoute(models.Model):
+    """Who decides requests on shards whose id starts with ``shard_prefix``
+    (case-sensitively, like key scopes; "" is the catch-all). The longest
+    matching prefix wins (approvals.routing.route_for). Made in Django admin."""
+
+    shard_prefix = models.CharField(
+        max_length=128,
+        unique=True,
+        blank=True,
+        help_text="Shards whose id starts with this (case-sensitive). Empty: every shard "
+        "no other route matches.",
+    )
+    approver_group = models.ForeignKey(
+        "auth.Group",
+        on_delete=models.PROTECT,
+        related_name="approval_routes",
+        help_text="Only its members who may decide approvals see and decide these requests.",
+    )
+    escalate_after_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Without a decision after this long, the escalation group may decide too. "
+        "Empty: never.",
+    )
+    escalation_group = models.ForeignKey(
+        "auth.Group",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="approval_escalations",
+        help_text="Required with escalate_after_seconds.",
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["shard_prefix"]
+
+    def __str__(self) -> str:
+        return f"{self.shard_prefix or '*'} -> {self.approver_group}"
+
+    def clean(self) -> None:
+        if self.escalate_after_seconds is not None and self.escalation_group_id is None:
+            raise ValidationError(
+                {"escalation_group": "An escalation needs a group to escalate to."}
+            )
+        if self.escalate_after_seconds == 0:
+            raise ValidationError({"escalate_after_seconds": "At least one second (empty: never)."})

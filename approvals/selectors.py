@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from common.errors import ApiError, ErrorCode
 from common.pages import FETCH_CHUNK
@@ -110,15 +111,19 @@ def approvals_now(approvals: ApprovalQuerySet, *, limit: int | None = None) -> l
     return [ApprovalNow.of(a) for a in (rows[:limit] if limit is not None else rows)]
 
 
-def pending_on_shard(shard_id: str) -> list[ApprovalNow]:
-    """What waits for a decision on one shard, newest first."""
-    return approvals_now(Approval.objects.pending().filter(shard_id=shard_id).newest_first())
+def pending_on_shard(shard_id: str, user: Any) -> list[ApprovalNow]:
+    """What waits for a decision on one shard that ``user`` may see, newest first."""
+    return approvals_now(
+        Approval.objects.visible_to(user).pending().filter(shard_id=shard_id).newest_first()
+    )
 
 
-def next_pending(approval_id: str) -> str | None:
-    """The request to go to after deciding this one: the next to expire."""
+def next_pending(approval_id: str, user: Any) -> str | None:
+    """The request to go to after deciding this one: the next to expire of
+    those ``user`` may see."""
     return (
-        Approval.objects.pending()
+        Approval.objects.visible_to(user)
+        .pending()
         .exclude(pk=approval_id)
         .expiring_first()
         .values_list("id", flat=True)
@@ -157,7 +162,12 @@ def listed(approvals: ApprovalQuerySet, *, start: int, count: int) -> tuple[int,
         decisions[decision.approval_id].append(decision)
     # By id alone: a row the filters no longer match (decided meanwhile) is still
     # this page's, as the ids query found it.
-    rows = Approval.objects.filter(pk__in=ids).newest_first().with_shard_now()
+    rows = (
+        Approval.objects.filter(pk__in=ids)
+        .select_related("approver_group", "escalation_group")
+        .newest_first()
+        .with_shard_now()
+    )
     return len(ids), (
         Listed(ApprovalNow.of(approval), decisions[approval.id])
         for approval in rows.iterator(chunk_size=FETCH_CHUNK)
@@ -180,12 +190,15 @@ class ApprovedCommit:
     approvers: list[str]
 
 
-def approvals_of_commits(shard_id: str, audit_entry_ids: list[int]) -> dict[int, ApprovedCommit]:
+def approvals_of_commits(
+    shard_id: str, audit_entry_ids: list[int], user: Any
+) -> dict[int, ApprovedCommit]:
     """For a shard's history: which of these commits (by audit entry) an approval
-    made, and who approved it. One statement for the approvals, one for their
-    decisions, whatever the page's length."""
+    that ``user`` may see made, and who approved it. One statement for the
+    approvals, one for their decisions, whatever the page's length."""
     approvals = (
-        Approval.objects.filter(
+        Approval.objects.visible_to(user)
+        .filter(
             shard_id=shard_id,
             status=ApprovalStatus.COMMITTED,
             commit__audit_entry_id__in=audit_entry_ids,

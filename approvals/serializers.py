@@ -225,6 +225,18 @@ class ApprovalSerializer(serializers.ModelSerializer):
     previous_id = serializers.CharField(
         allow_null=True, help_text="The earlier request this one follows, if any."
     )
+    approver_group = serializers.CharField(
+        allow_null=True,
+        help_text="The group its route gave it to, fixed at request time; null: unrouted "
+        "(every decider).",
+    )
+    escalation_group = serializers.CharField(
+        allow_null=True,
+        help_text="The group it goes to as well when undecided in time; null: it never escalates.",
+    )
+    escalated_at = serializers.DateTimeField(
+        allow_null=True, help_text="When it escalated to escalation_group; null: not (yet)."
+    )
 
     class Meta:
         model = Approval
@@ -261,6 +273,9 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "decided_by",
             "reason",
             "commit",
+            "approver_group",
+            "escalation_group",
+            "escalated_at",
         ]
 
 
@@ -344,4 +359,7 @@ def approval_data(
         "decided_by": approval.decided_by,
         "reason": approval.reason,
         "commit": approval.commit,
+        "approver_group": approval.approver_group.name if approval.approver_group else None,
+        "escalation_group": approval.escalation_group.name if approval.escalation_group else None,
+        "escalated_at": iso_time(approval.escalated_at),
     }

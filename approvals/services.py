@@ -29,7 +29,7 @@ from shards.value_schema import value_validate
 from shards.writer import version_write, write_transaction
 from shards.writetx import WriteTx
 
-from . import emails, policies, webhooks
+from . import emails, policies, routing, webhooks
 from .diffs import proposed_value_check, value_diff
 from .models import (
     Approval,
@@ -147,6 +147,7 @@ def approval_request(
     # once, outside the write lock, and never again while the shard stays put.
     diff = value_diff(shard.value, proposed_value)
     now = timezone.now()
+    route = routing.routed(shard_id, created_at=now)
     # A write transaction: a standing policy may decide, and so commit, in it.
     with write_transaction() as tx:
         audit = tx.audit
@@ -168,6 +169,7 @@ def approval_request(
             diff=diff.patch,
             diff_omitted=diff.omitted,
             previous_id=previous_id,
+            **route.fields(),
         )
         audit.append(
             action=AuditAction.APPROVAL_REQUESTED,
@@ -196,7 +198,8 @@ def _policy_decide(tx: WriteTx, approval: Approval, shard: Shard) -> None:
     in the request's own transaction, through ``_decide`` like a person's
     decision (quorum, the commit, approved_stale). At most one policy decides:
     a reject first, else the oldest approve; one whose author made the request
-    (``decider_check``) is passed over. Rules: approvals.policies."""
+    (``decider_check``), or a console user's for a request routed away from
+    them (``routing.may_decide``), is passed over. Rules: approvals.policies."""
     for policy in policies.policies_matching(approval, shard):
         decider = Decider(
             name=policy.principal,
@@ -206,6 +209,12 @@ def _policy_decide(tx: WriteTx, approval: Approval, shard: Shard) -> None:
         )
         if policy.created_by == f"agent:{approval.requested_by}":
             continue  # its author asking, through another key: self-approval all the same
+        if (
+            policy.created_by.startswith("user:")
+            and policy.author_user is not None
+            and not routing.may_decide(policy.author_user, approval)
+        ):
+            continue  # a person's policy decides only what they could decide (routing)
         try:
             decider_check(approval, decider)
         except ApiError:  # self-approval (or not a person, where people are required)
@@ -530,6 +539,47 @@ def approval_expire_due(*, now: datetime | None = None, by: str = "") -> int:
                 approval_expire(audit=audit, approval=approval, by=by)
                 expired += 1
     return expired
+
+
+def approval_escalate_due(*, now: datetime | None = None) -> int:
+    """Pending approvals past their ``escalate_at`` with no decision go to their
+    escalation group too: each is marked ``escalated_at`` exactly once, however
+    many sweeps run at the same moment (the worker's beat and the server's
+    tick), because the mark is a conditional UPDATE that only one of them can
+    win; the winner writes the audit entry and the webhook deliveries in the
+    same transaction (mails for the escalation group's deciders too), and tells
+    the console after the commit."""
+    now = now or timezone.now()
+    escalated = 0
+    due = Approval.objects.pending(now).filter(
+        escalate_at__lte=now, escalated_at__isnull=True, escalation_group__isnull=False
+    )
+    for approval_id in due.values_list("id", flat=True)[:500]:
+        with audited_transaction() as audit:
+            # A decision or another sweep may have got there first.
+            if not due.filter(pk=approval_id).update(escalated_at=now):
+                continue
+            approval = Approval.objects.select_related("escalation_group").get(pk=approval_id)
+            audit.append(
+                action=AuditAction.APPROVAL_ESCALATED,
+                agent_id="system",
+                shard_id=approval.shard_id,
+                details={
+                    "approval_id": approval.id,
+                    "escalate_at": iso_time(approval.escalate_at),
+                    "escalation_group": approval.escalation_group.name
+                    if approval.escalation_group
+                    else "",
+                },
+            )
+            send_event_on_commit("approval_changed", approval=approval, event="escalated")
+            webhooks.emit(WebhookEvent.ESCALATED, approval)
+            # The escalation group's deciders are mailed (queued after commit).
+            emails.email_officers(
+                EmailEvent.ESCALATED, approval, routing.escalation_recipients(approval)
+            )
+            escalated += 1
+    return escalated
 
 
 def approvals_end(audit: AuditWriter, shard_id: str) -> None:

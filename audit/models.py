@@ -55,6 +55,8 @@ class AuditAction(models.TextChoices):
     APPROVAL_REJECTED = "approval.rejected"
     APPROVAL_CHANGES_REQUESTED = "approval.changes_requested"
     APPROVAL_EXPIRED = "approval.expired"
+    # No decision in time: the route's escalation group may now decide too.
+    APPROVAL_ESCALATED = "approval.escalated"
     APPROVAL_COMMITTED = "approval.committed"
     APPROVAL_COMMIT_FAILED = "approval.commit_failed"
     APPROVAL_POLICY_CREATED = "approval.policy_created"

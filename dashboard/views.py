@@ -97,7 +97,7 @@ def _shard_context(request: HttpRequest, shard_id: str) -> dict | None:
     page = Paginator(history, HISTORY_PAGE).get_page(request.GET.get("page"))
     # A commit an approval made links to it and names who approved it: the
     # history answers "who let this through?" without a search.
-    approved = approvals_of_commits(shard.id, [entry.id for entry in page])
+    approved = approvals_of_commits(shard.id, [entry.id for entry in page], request.user)
     for entry in page:
         entry.value_json = json.dumps(entry.value, sort_keys=True)
         entry.approved = approved.get(entry.id)
@@ -114,7 +114,7 @@ def _shard_context(request: HttpRequest, shard_id: str) -> dict | None:
         "history": page,
         "conflicts": conflicts,
         "subscribers": record.shard_subscribers(shard.id),
-        "pending": pending_on_shard(shard.id),
+        "pending": pending_on_shard(shard.id, request.user),
         "versions": sorted(
             history.exclude(version_after=None).values_list("version_after", flat=True)[
                 :HISTORY_LIMIT

@@ -18,6 +18,7 @@ from django.conf import settings
 from access.auth import agent_check, can_watch, permission_check, reads_check, scope_check
 from access.handshakes import handshake_blocked, handshake_key
 from access.keys import split_raw_key
+from approvals.routing import seen_groups, sees
 from common.errors import (
     ApiError,
     ErrorCode,
@@ -370,6 +371,9 @@ class LiveConsumer(LeanDispatch, AsyncJsonWebsocketConsumer):
 
     joined = False
     checker: asyncio.Task | None = None
+    # approvals.routing.seen_groups of the signed-in user, read again with the
+    # session: approval events of requests routed elsewhere never reach the page.
+    routed_to: frozenset[int] | None = frozenset()
 
     async def connect(self) -> None:
         push.bind_loop()
@@ -377,6 +381,7 @@ class LiveConsumer(LeanDispatch, AsyncJsonWebsocketConsumer):
         if user is None or not await database_sync_to_async(can_watch)(user):
             await self.close()
             return
+        self.routed_to = await database_sync_to_async(seen_groups)(user)
         self.pending: dict[str, dict[str, Any]] = {}
         self.flusher: asyncio.Task | None = None
         ensure_sweeping()
@@ -409,6 +414,7 @@ class LiveConsumer(LeanDispatch, AsyncJsonWebsocketConsumer):
             if not await database_sync_to_async(can_watch)(user):
                 await self.close(code=CLOSE_SIGNED_OUT)
                 return
+            self.routed_to = await database_sync_to_async(seen_groups)(user)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if isinstance(content, dict) and content.get("type") == "ping":
@@ -416,6 +422,10 @@ class LiveConsumer(LeanDispatch, AsyncJsonWebsocketConsumer):
 
     async def live_event(self, event: dict[str, Any]) -> None:
         message = event["message"]
+        if message.get("type") == "approval":
+            if not sees(self.routed_to, frozenset(message.get("groups", ()))):
+                return
+            message = {k: v for k, v in message.items() if k != "groups"}
         if message.get("type") != "shard":
             await self.send_json(message)
             return

@@ -21,6 +21,7 @@ from typing import Any
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
+from approvals.routing import current_group_ids
 from common.events import event_sink
 from common.inputs import iso_time
 from common.jsondiff import json_diff
@@ -302,9 +303,11 @@ def conflict_notify(
 
 
 def approval_changed(*, approval: Any, event: str) -> None:
-    """``event``: "requested", "approved_partly" (quorum not reached yet) or
-    "decided": ``approval_decided`` to the requesting agent's sockets (the key
-    and agent that asked), and every change to the console's /ws/live/ pages."""
+    """``event``: "requested", "approved_partly" (quorum not reached yet),
+    "escalated" (routing) or "decided": ``approval_decided`` to the requesting
+    agent's sockets (the key and agent that asked), and every change to the
+    console's /ws/live/ pages of the people who may see it (``groups``: the
+    socket applies approvals.routing's rule and strips them)."""
     if event == "decided":
         agent_send(
             approval.requested_key_prefix,
@@ -331,6 +334,7 @@ def approval_changed(*, approval: Any, event: str) -> None:
             "approval_id": approval.id,
             "shard_id": approval.shard_id,
             "status": approval.status,
+            "groups": sorted(current_group_ids(approval)),
         }
     )
 

@@ -70,7 +70,7 @@ def pending_count(context) -> int | None:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated or not can_watch(user):
         return None
-    return Approval.objects.pending().count()
+    return Approval.objects.visible_to(user).pending().count()
 
 
 @register.filter

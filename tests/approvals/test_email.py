@@ -485,3 +485,45 @@ def test_through_the_real_worker_a_new_request_reaches_the_smtp_server(
         assert time.monotonic() < deadline, "the worker did not record the mail as sent"
         time.sleep(0.1)
     print(f"the request's mail reached the SMTP server {took * 1000:.0f} ms after the request")
+
+
+def test_a_routed_request_mails_its_group_and_on_escalation_the_second_group(smtp, api):
+    """Routing and email together: the request goes to the payments approvers'
+    mailboxes only, and when nobody decided within escalate_after_seconds, the
+    treasury leads are mailed too (and only they, on that event)."""
+    from approvals.models import ApprovalRoute
+    from approvals.services import approval_escalate_due
+
+    executor, _ = api
+    payments = Group.objects.create(name="Payments approvers")
+    leads = Group.objects.create(name="Treasury leads")
+    ApprovalRoute.objects.create(
+        shard_prefix="treas",
+        approver_group=payments,
+        escalate_after_seconds=600,
+        escalation_group=leads,
+    )
+    rita = officer_with("rita", "rita@bank.example")
+    rita.groups.add(payments)
+    lena = officer_with("lena", "lena@bank.example")
+    lena.groups.add(leads)
+    officer_with("olga", "olga@bank.example")  # an officer outside both groups
+
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        approval_id = ask(executor)
+        work_the_queue()
+        smtp.inbox.wait(1, 5)
+        assert [r for r, _ in smtp.inbox.messages] == [["rita@bank.example"]]
+
+        clock.shift(599)
+        assert approval_escalate_due() == 0
+        clock.shift(2)
+        assert approval_escalate_due() == 1
+        assert approval_escalate_due() == 0  # once
+    work_the_queue()
+    smtp.inbox.wait(2, 5)
+    recipients, message = smtp.inbox.messages[1]
+    assert recipients == ["lena@bank.example"]
+    assert message["Subject"] == "[ZeroLock] Approval escalated: Pay ACME (treasury)"
+    assert f"/console/approvals/{approval_id}" in text_of(message)
+    assert len(smtp.inbox.messages) == 2  # olga heard nothing

@@ -467,6 +467,7 @@ export interface components {
          *     * `approval.rejected` - Approval Rejected
          *     * `approval.changes_requested` - Approval Changes Requested
          *     * `approval.expired` - Approval Expired
+         *     * `approval.escalated` - Approval Escalated
          *     * `approval.committed` - Approval Committed
          *     * `approval.commit_failed` - Approval Commit Failed
          *     * `approval.policy_created` - Approval Policy Created
@@ -478,7 +479,7 @@ export interface components {
          *     * `reservation.ended` - Reservation Ended
          * @enum {string}
          */
-        ActionEnum: "shard.create" | "shard.commit" | "shard.commit_rejected" | "shard.delete" | "key.create" | "key.revoke" | "key.change" | "auth.failure" | "login.locked_out" | "approval.requested" | "approval.approved" | "approval.rejected" | "approval.changes_requested" | "approval.expired" | "approval.committed" | "approval.commit_failed" | "approval.policy_created" | "approval.policy_deleted" | "lease.granted" | "lease.ended" | "lease.released_path" | "reservation.created" | "reservation.ended";
+        ActionEnum: "shard.create" | "shard.commit" | "shard.commit_rejected" | "shard.delete" | "key.create" | "key.revoke" | "key.change" | "auth.failure" | "login.locked_out" | "approval.requested" | "approval.approved" | "approval.rejected" | "approval.changes_requested" | "approval.expired" | "approval.escalated" | "approval.committed" | "approval.commit_failed" | "approval.policy_created" | "approval.policy_deleted" | "lease.granted" | "lease.ended" | "lease.released_path" | "reservation.created" | "reservation.ended";
         /** @description Documents one connected agent (``coordination.sessions.agents_live``). */
         Agent: {
             agent_id: string;
@@ -514,6 +515,8 @@ export interface components {
             approvals_counted: number;
             /** Format: int64 */
             approvals_required?: number;
+            /** @description The group its route gave it to, fixed at request time; null: unrouted (every decider). */
+            approver_group: string | null;
             commit?: unknown;
             /** Format: date-time */
             created_at?: string;
@@ -538,6 +541,13 @@ export interface components {
             edited_by: string;
             /** @description The value a decider approved instead of proposed_value (null unless `edited`); it is what applies. */
             edited_value: unknown;
+            /**
+             * Format: date-time
+             * @description When it escalated to escalation_group; null: not (yet).
+             */
+            escalated_at: string | null;
+            /** @description The group it goes to as well when undecided in time; null: it never escalates. */
+            escalation_group: string | null;
             /** Format: int64 */
             expected_version: number;
             /** Format: date-time */
