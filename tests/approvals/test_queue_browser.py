@@ -111,7 +111,11 @@ def test_keyboard_shortcuts_decide_a_request_and_move_to_the_next(console, brows
     page.locator("#reason").blur()
     page.keyboard.press("r")
     expect(page.locator("#approval-status")).to_have_text("rejected")
-    assert Approval.objects.get(pk=second).reason == "Superseded by the first"
+    # The second is stale now (the first moved the shard): rejected as stale, the
+    # server's reason first, then the officer's words.
+    reason = Approval.objects.get(pk=second).reason
+    assert reason.startswith("Stale: the shard moved on from v1 (now v2)"), reason
+    assert reason.endswith(" Superseded by the first"), reason
 
 
 def test_bulk_reject_takes_one_reason_for_the_selected_requests(console, browser):
