@@ -31,7 +31,6 @@ import unicodedata
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from celery import current_app
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
@@ -40,6 +39,8 @@ from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
+
+from common.queued import queue_each
 
 from . import webhooks
 from .models import (
@@ -264,15 +265,9 @@ DELIVER_TASK = "approvals.tasks.deliver_email"
 
 
 def enqueue(ids: list[str], countdown: float = 0) -> None:
-    """Hands deliveries to Celery. A broker that is down must not turn a
-    request into an error: the delivery stays pending and the periodic sweep
-    (``resend_stuck``) queues it again."""
-    for delivery_id in ids:
-        try:
-            # By name: the domain does not import its Celery wrappers (tasks.py).
-            current_app.send_task(DELIVER_TASK, args=(delivery_id,), countdown=countdown)
-        except Exception:
-            logger.exception("email %s could not be queued; the sweep will retry", delivery_id)
+    """Hands deliveries to Celery (``common.queued``: a broker that is down leaves
+    them pending for the periodic sweep, ``resend_stuck``)."""
+    queue_each(DELIVER_TASK, ids, countdown=countdown, what="email")
 
 
 def deliver(delivery_id: str) -> str:

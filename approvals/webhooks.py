@@ -33,12 +33,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
-from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from common.inputs import iso_time
+from common.queued import queue_each
 
 from . import chat
 from .models import (
@@ -205,15 +205,9 @@ DELIVER_TASK = "approvals.tasks.deliver_webhook"
 
 
 def enqueue(ids: list[str], countdown: float = 0) -> None:
-    """Hands deliveries to Celery. A broker that is down must not turn a
-    decision into an error: the delivery stays pending and the periodic sweep
-    (``resend_stuck``) queues it again."""
-    for delivery_id in ids:
-        try:
-            # By name: the domain does not import its Celery wrappers (tasks.py).
-            current_app.send_task(DELIVER_TASK, args=(delivery_id,), countdown=countdown)
-        except Exception:
-            logger.exception("webhook %s could not be queued; the sweep will retry", delivery_id)
+    """Hands deliveries to Celery (``common.queued``: a broker that is down leaves
+    them pending for the periodic sweep, ``resend_stuck``)."""
+    queue_each(DELIVER_TASK, ids, countdown=countdown, what="webhook")
 
 
 def deliver(delivery_id: str) -> str:

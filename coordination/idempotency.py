@@ -33,6 +33,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
@@ -80,6 +81,21 @@ def applied_fence(record_id: int, holder: str) -> Callable[[], None]:
             )
 
     return mark
+
+
+def _answer_lost(records: QuerySet[IdempotencyRecord], why: str) -> None:
+    """The key's stored answer when its write went in but its answer did not:
+    409 IDEMPOTENCY_ANSWER_LOST, replayed to every later retry."""
+    lost = ApiError(
+        ErrorCode.IDEMPOTENCY_ANSWER_LOST,
+        f"The first request with this Idempotency-Key was applied, but {why}; "
+        "read the current state.",
+    )
+    records.update(
+        status=lost.status,
+        body=json.dumps(lost.envelope()).encode(),
+        content_type="application/json",
+    )
 
 
 @dataclass(frozen=True)
@@ -145,16 +161,7 @@ class IdempotencyMiddleware:
                 if not record.applied and mine.update(holder=holder, reserved_at=now):
                     return Reserved(record.pk, holder)
                 if record.applied:
-                    lost = ApiError(
-                        ErrorCode.IDEMPOTENCY_ANSWER_LOST,
-                        "The first request with this Idempotency-Key was applied, but the "
-                        "server stopped before its answer was stored; read the current state.",
-                    )
-                    mine.update(
-                        status=lost.status,
-                        body=json.dumps(lost.envelope()).encode(),
-                        content_type="application/json",
-                    )
+                    _answer_lost(mine, "the server stopped before its answer was stored")
                 record.refresh_from_db()
         if record.status is None:
             return _error(
@@ -178,16 +185,7 @@ class IdempotencyMiddleware:
                 # Not an answer worth replaying: let the retry run, unless the
                 # write went in before the failure (a retry would apply it twice).
                 if not records.filter(applied=False).delete()[0]:
-                    lost = ApiError(
-                        ErrorCode.IDEMPOTENCY_ANSWER_LOST,
-                        "The first request with this Idempotency-Key was applied, but its "
-                        "answer failed; read the current state.",
-                    )
-                    records.update(
-                        status=lost.status,
-                        body=json.dumps(lost.envelope()).encode(),
-                        content_type="application/json",
-                    )
+                    _answer_lost(records, "its answer failed")
                 return
             records.update(
                 status=response.status_code,
