@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Now
 from django.utils import timezone
 
 LEASE_ID_REGEX = r"^lse_[0-9a-f]{24}$"
@@ -85,9 +86,11 @@ class IdempotencyRecord(models.Model):
     # The request running it now (a random token; a retry that takes the key over
     # replaces it), when it took it, and whether its write went in: set by the
     # write's own transaction (common.applied), so a crash cannot lose it.
-    holder = models.CharField(max_length=32, blank=True)
-    reserved_at = models.DateTimeField(default=timezone.now)
-    applied = models.BooleanField(default=False)
+    # Defaults in the database too: a server of the release before, still running
+    # during an upgrade, inserts rows that name none of these.
+    holder = models.CharField(max_length=32, blank=True, default="", db_default="")
+    reserved_at = models.DateTimeField(default=timezone.now, db_default=Now())
+    applied = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         db_table = "shards_idempotencyrecord"
