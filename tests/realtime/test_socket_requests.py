@@ -435,5 +435,8 @@ def test_requests_after_the_key_is_revoked_are_refused_and_the_socket_closes_440
     late = [status for at, status in answers if at > 1.0]
     assert set(late) <= {401}, late
     accepted = sum(1 for _, status in answers if status == 200)
-    assert Shard.objects.get(pk="vault").version == 1 + accepted
+    # The call in flight when the socket closed got no answer: it may have been
+    # applied (the close raced its answer), and nothing else was. CI on
+    # PostgreSQL under load saw exactly that once.
+    assert Shard.objects.get(pk="vault").version in (1 + accepted, 2 + accepted)
     print(f"\n{accepted} commits accepted within the key poll, closed after {closed_after:.2f} s")
