@@ -112,9 +112,19 @@ class ApprovalClient:
         return await self.client.list_approvals(status="pending", **filters)
 
     async def approve(
-        self, approval_id: str, reason: str = "", *, edited_value: Any = NO_EDIT
+        self,
+        approval_id: str,
+        reason: str = "",
+        *,
+        edited_value: Any = NO_EDIT,
+        expected_value_hash: str | None = None,
     ) -> Approval:
-        return await self.client.approve(approval_id, reason, edited_value=edited_value)
+        return await self.client.approve(
+            approval_id,
+            reason,
+            edited_value=edited_value,
+            expected_value_hash=expected_value_hash,
+        )
 
     async def request_changes(self, approval_id: str, message: str) -> Approval:
         return await self.client.request_changes(approval_id, message)

@@ -143,6 +143,11 @@ class Approval:
     # SHA-256 of applied_value's canonical JSON: approve(..., expected_value_hash=)
     # approves only while the value to apply is still this one.
     applied_value_hash: str = ""
+    # Routing (set at request time): the approver group, the group it escalates
+    # to, and when it did (None until escalated).
+    approver_group: str | None = None
+    escalation_group: str | None = None
+    escalated_at: str | None = None
     # The earlier request this one follows (see ``ApprovalStatus.CHANGES_REQUESTED``).
     previous_id: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -189,6 +194,9 @@ class Approval:
             # Servers before edits have no applied_value: the proposal is what applied.
             applied_value=data.get("applied_value", data.get("proposed_value")),
             applied_value_hash=data.get("applied_value_hash", ""),
+            approver_group=data.get("approver_group"),
+            escalation_group=data.get("escalation_group"),
+            escalated_at=data.get("escalated_at"),
             previous_id=data.get("previous_id"),
             raw=data,
         )

@@ -315,7 +315,13 @@ def test_the_sdk_edits_asks_for_changes_and_waits_for_what_was_applied(live_serv
                 executor.wait_for_approval(second.id, poll_seconds=0.2, timeout_seconds=30)
             )
             await asyncio.sleep(0.3)
-            await officers.approve(second.id, edited_value={"amount": 400, "to": "acme"})
+            # The officer approves an edit of exactly the value it reviewed.
+            assert len(second.applied_value_hash) == 64 and second.approver_group is None
+            await officers.approve(
+                second.id,
+                edited_value={"amount": 400, "to": "acme"},
+                expected_value_hash=second.applied_value_hash,
+            )
             applied = await waiting
             assert (applied.status, applied.applied) == ("approved", True)
             assert applied.edited and applied.edited_value == {"amount": 400, "to": "acme"}
