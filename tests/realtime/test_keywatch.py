@@ -50,7 +50,13 @@ async def test_a_key_registered_while_a_poll_is_in_flight_is_not_taken_for_revok
     watch.register(late, second)
     await sync_to_async(api_key_revoke)(key=gone, revoked_by="admin")
     answer.set()
-    await asyncio.sleep(0.5)  # several polls more
+    # Until the watcher has acted on the revocation (a few polls; far more under
+    # CI's load, where a fixed half second once was not enough), then a few more.
+    for _ in range(200):
+        if revoked.closed is not None:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
     try:
         assert (first.closed, second.closed) == (None, None)
         assert revoked.closed == keywatch.CLOSE_CODE_KEY_INVALID  # the watcher still works
