@@ -204,10 +204,11 @@ def body(event: str, approval: Approval, now: datetime | None = None) -> str:
 
 def _addresses(users: Iterable[AbstractBaseUser]) -> list[tuple[AbstractBaseUser, str]]:
     """(user, address) for each user with a usable address, one per address
-    (compared without case), in the order given."""
+    (compared without case): the earliest account's (by id), so which of two
+    users sharing a mailbox is mailed does not depend on the database's order."""
     seen: set[str] = set()
     out = []
-    for user in users:
+    for user in sorted(users, key=lambda user: user.pk):
         address = (getattr(user, "email", "") or "").strip()
         if not address or address.lower() in seen:
             continue
