@@ -45,7 +45,6 @@ from common.queued import queue_each
 from . import webhooks
 from .models import (
     Approval,
-    ApprovalStatus,
     EmailAttempt,
     EmailDelivery,
     EmailDeliveryStatus,
@@ -338,12 +337,8 @@ def remind_expiring(now: datetime | None = None) -> int:
     now = now or timezone.now()
     lead = timedelta(seconds=reminder_seconds())
     due = (
-        Approval.objects.filter(
-            status=ApprovalStatus.PENDING,
-            expires_at__gt=now,
-            expires_at__lte=now + lead,
-            created_at__lte=F("expires_at") - lead,
-        )
+        Approval.objects.pending(now)
+        .filter(expires_at__lte=now + lead, created_at__lte=F("expires_at") - lead)
         .exclude(
             id__in=EmailDelivery.objects.filter(event=EmailEvent.EXPIRING).values("approval_id")
         )
