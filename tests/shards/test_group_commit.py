@@ -55,21 +55,29 @@ def _one_batch(
     as one batch. Returns each write's answer and how many transactions the
     group committer made for them. ``queueing``: how many of them reach the
     queue (default: all; a write refused before the lock never does)."""
+    seated = threading.Event()
     queued = threading.Event()
     answers: dict[str, Any] = {}
 
     def hold_the_seat(audit: Any) -> str:
+        seated.set()
         assert queued.wait(30), "the writes never queued"
         return "held"
 
     before = group_commit.batches
     holder = _in_thread(lambda: group_commit.run(hold_the_seat), answers, "holder")
-    while not group_commit._leader.locked():
-        time.sleep(0.001)
+    # Seated, not merely "the leader's lock is taken": only then is every write
+    # started below sure to wait in the queue rather than join the holder's batch.
+    assert seated.wait(30), f"the holder never took the leader's seat: {answers}"
     threads = [_in_thread(fn, answers, name) for name, fn in writes.items()]
     deadline = time.monotonic() + 30
     while len(group_commit._queue) < (len(writes) if queueing is None else queueing):
-        assert time.monotonic() < deadline, "the writes never queued"
+        # A write answered before it queued (refused, or no database connection
+        # to be had) would otherwise leave this loop waiting for nothing.
+        early = {name: answers[name] for name in writes if name in answers}
+        assert time.monotonic() < deadline and (queueing is not None or not early), (
+            f"the writes never queued: {len(group_commit._queue)} queued, answered early: {early}"
+        )
         time.sleep(0.001)
     queued.set()
     for thread in [holder, *threads]:
