@@ -34,13 +34,18 @@ from typing import Any, TypeVar
 from asgiref.wsgi import WsgiToAsgiInstance
 from django.conf import settings
 from django.db import close_old_connections
+from django.http import HttpResponse
 
 from common.errors import ErrorCode, envelope, internal_error, over_body_limit, too_large_envelope
 from common.paths import is_api_path
 from realtime import push
+from zerolock_site import direct
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+# Marks the scope of a request made in this process (``call``): only those may take
+# the direct lane (zerolock_site/direct.py); HTTP requests take the full application.
+IN_PROCESS = "zerolock.in_process"
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,7 @@ class PooledWsgiToAsgi:
             "headers": [*headers, (b"content-length", str(len(body)).encode())],
             "client": client,
             "server": server,
+            IN_PROCESS: True,
         }
         start, content = await self._answer(scope, io.BytesIO(body))
         return InProcessAnswer.of(start, content)
@@ -243,6 +249,11 @@ class PooledWsgiToAsgi:
             if is_api_path(scope.get("path", "")):
                 return _json(400, envelope(ErrorCode.BAD_REQUEST, "Too many duplicate headers."))
             return _plain(400, b"Bad Request: too many duplicate headers")
+        if scope.get(IN_PROCESS) and (match := direct.direct_view(environ)) is not None:
+            response = direct.direct_answer(match, environ)
+            if response is not None:
+                return _start_of(response), response.content
+            # Not answered there, and nothing read of the body: the full application.
         result = self.wsgi_application(environ, instance.start_response)
         try:
             content = b"".join(result)
@@ -250,6 +261,13 @@ class PooledWsgiToAsgi:
             if hasattr(result, "close"):
                 result.close()
         return instance.response_start, content
+
+
+def _start_of(response: HttpResponse) -> dict:
+    """The ASGI start message of a response made without the WSGI handler."""
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.items()]
+    headers.append((b"content-length", b"%d" % len(response.content)))
+    return {"type": "http.response.start", "status": response.status_code, "headers": headers}
 
 
 async def _send(send: Any, start: dict, content: bytes) -> None:
