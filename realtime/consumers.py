@@ -237,7 +237,7 @@ class AgentConsumer(LeanDispatch, push.BatchedPushes, AsyncJsonWebsocketConsumer
             server=self.scope.get("server"),
         )
         if self.key is not None:  # still open
-            await self.send_json(answer)
+            await self.send(text_data=answer)
 
     async def subscribe(self, shard_ids: list[str]) -> None:
         new = set(shard_ids) - self.subscriptions

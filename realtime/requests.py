@@ -15,10 +15,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from django.conf import settings
 
 from common.errors import ApiError, ErrorCode, Invalid
-from common.inprocess import answer_body, api_headers, registered_api
+from common.inprocess import Answer, answer_body, api_headers, registered_api
 
 METHODS = ("GET", "POST", "DELETE")
 # The request headers a frame may set; the key and the agent are the socket's.
@@ -119,6 +120,25 @@ def in_flight_limit() -> int:
     return settings.ZEROLOCK_WS_MAX_IN_FLIGHT
 
 
+def response_text(request_id: str | int, answer: Answer) -> str:
+    """The response frame of an API answer, as the text sent. A JSON body goes in
+    as the bytes the API rendered, once checked to be JSON, rather than parsed and
+    encoded again."""
+    body: Any = None
+    if answer.content and "json" in answer.headers.get("content-type", ""):
+        try:
+            orjson.loads(answer.content)
+            body = orjson.Fragment(answer.content)
+        except orjson.JSONDecodeError:
+            pass  # an integer past 64 bits, or not JSON at all: answer_body decides
+    if body is None and answer.content:
+        body = answer_body(answer)
+    frame = response_frame(request_id, answer.status, body, answer.headers)
+    if isinstance(body, orjson.Fragment):
+        return orjson.dumps(frame).decode()
+    return json.dumps(frame)
+
+
 async def request_answer(
     frame: RequestFrame,
     *,
@@ -127,13 +147,13 @@ async def request_answer(
     host: str,
     client: tuple[str, int] | None,
     server: tuple[str, int] | None,
-) -> dict[str, Any]:
-    """The response frame: the API's answer to this request, made as the socket's
-    key and agent."""
+) -> str:
+    """The response frame's text: the API's answer to this request, made as the
+    socket's key and agent."""
     try:
         api = registered_api()
     except ApiError as refusal:
-        return refused_frame(frame.id, refusal)
+        return json.dumps(refused_frame(frame.id, refusal))
     answer = await api.call(
         method=frame.method,
         path=frame.path,
@@ -148,4 +168,4 @@ async def request_answer(
         client=client,
         server=server,
     )
-    return response_frame(frame.id, answer.status, answer_body(answer), answer.headers)
+    return response_text(frame.id, answer)
