@@ -1,28 +1,28 @@
 """The direct lane: the hot API calls made in this process (request frames on
 /ws/agents/, /mcp's tool calls) go straight to their DRF view, past Django's
-handler and middleware chain.
+handler and the page middleware.
 
-What a call skips is only what the full application spends on plumbing: the
-middleware chain (a dozen layers, all but three page-only or header-only for the
-API), the handler's signals and URL resolution done twice. Everything that
-decides an answer is the same code the HTTP request runs, called from here:
+What a call skips is only plumbing that decides nothing of an API answer: the
+handler's signals, URL resolution done twice, and the middleware that serves
+pages (sessions, CSRF, login, messages, htmx) or only adds headers a frame does
+not carry (security headers, CSP, X-Frame-Options). Everything that decides an
+answer is the code an HTTP request runs, called from here:
 
-- routing: Django's own ``resolve`` on the project's URLconf;
-- the rate limit: ``request_rate_hit`` and ``rate_limited_response``, the
-  middleware's two functions, with its ``X-RateLimit-*`` headers;
+- routing: Django's own ``resolve`` on the project's URLconf, and the Host
+  check against ALLOWED_HOSTS;
+- the API's middleware, the same classes in the same order: the rate limit
+  (``RateLimitMiddleware``) around idempotency (``IdempotencyMiddleware``);
 - authentication, the agent check, permissions, scopes, parsing, the view, its
   services and audit, the error envelope: the view's own DRF dispatch
   (``APIView.dispatch``), with the project's parser, renderer and exception
   handler;
-- an unexpected error: the envelope middleware's 500.
+- an unexpected error: the envelope middleware's 500, and the warning Django's
+  handler logs for every 4xx and 5xx.
 
-A call the lane cannot answer exactly as the full application would goes
-through the full application instead: any view not listed in ``HOT_VIEWS``, a
-request carrying an ``Idempotency-Key`` (its records live in the idempotency
-middleware), and a key that is not usable (its failure is recorded and counted
-against the address by the middleware and DRF), and a Host header outside
-ALLOWED_HOSTS (refused by the full application's 400). The test that sends every
-endpoint over the socket and over HTTP holds the two to the same answers."""
+Any other view, and a Host outside ALLOWED_HOSTS, take the full application.
+The lane's test (tests/site/test_direct_lane.py) holds the two to the same
+answers, and the socket's (tests/realtime/test_socket_requests.py) every
+endpoint to HTTP's."""
 
 from __future__ import annotations
 
@@ -32,16 +32,15 @@ from typing import Any
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.wsgi import WSGIRequest
 from django.db import close_old_connections
-from django.http import HttpResponse, JsonResponse
-from django.urls import Resolver404, resolve
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import Resolver404, ResolverMatch, resolve
 from django.utils.log import log_response
 from rest_framework.views import APIView
 
-from access.auth import request_key
-from access.middleware import rate_limited_response, request_rate_hit
-from access.models import ApiKey
+from access.middleware import RateLimitMiddleware
 from common.errors import internal_error
 from coordination import views as coordination_views
+from coordination.idempotency import IdempotencyMiddleware
 from shards import views as shard_views
 
 logger = logging.getLogger(__name__)
@@ -60,11 +59,9 @@ HOT_VIEWS: dict[type[APIView], frozenset[str]] = {
 }
 
 
-def direct_view(environ: dict[str, Any]) -> Any | None:
-    """The view function that answers this request in the direct lane, or None
-    when the full application must (see the module's docstring)."""
-    if "HTTP_IDEMPOTENCY_KEY" in environ:
-        return None
+def direct_view(environ: dict[str, Any]) -> ResolverMatch | None:
+    """Where this request is answered in the direct lane, or None when the full
+    application must answer it (see the module's docstring)."""
     try:
         match = resolve(environ["PATH_INFO"])
     except Resolver404:
@@ -75,38 +72,64 @@ def direct_view(environ: dict[str, Any]) -> Any | None:
     return match
 
 
-def direct_answer(match: Any, environ: dict[str, Any]) -> HttpResponse | None:
-    """The answer the full application would give, or None (nothing done, nothing
-    counted) when the request's key is not usable: the full application then
-    answers it, and records and counts it as it does every refused key."""
+def _view(request: HttpRequest) -> HttpResponse:
+    """The innermost layer: the view's DRF dispatch, rendered; what escapes it
+    becomes the 500 the envelope middleware makes of it over HTTP."""
+    match = request.resolver_match
+    assert match is not None  # set by direct_answer
+    try:
+        response = match.func(request, *match.args, **match.kwargs)
+        if hasattr(response, "render"):
+            response.render()  # DRF's Response: its bytes, by its negotiated renderer
+        return response
+    except Exception:
+        logger.exception("Unhandled error on %s %s", request.method, request.path)
+        return JsonResponse(internal_error().envelope(), status=500)
+
+
+# settings.MIDDLEWARE, less what the lane passes over; a test holds the three
+# lists together, so a middleware added there is placed here too.
+LANE_MIDDLEWARE = (
+    "access.middleware.RateLimitMiddleware",
+    "coordination.idempotency.IdempotencyMiddleware",
+)
+# The envelope middleware's work is done by _view (its 500) and by DRF (every
+# other /api/ answer is already JSON); the rest serve pages or add headers only.
+PASSED_OVER = (
+    "django.middleware.security.SecurityMiddleware",
+    "zerolock_site.page_middleware.CSPMiddleware",
+    "zerolock_site.page_middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "zerolock_site.page_middleware.CsrfViewMiddleware",
+    "zerolock_site.page_middleware.AuthenticationMiddleware",
+    "zerolock_site.page_middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "zerolock_site.page_middleware.HtmxMiddleware",
+    "zerolock_site.http_errors.ApiErrorEnvelopeMiddleware",
+    "zerolock_site.page_middleware.AxesMiddleware",
+)
+_api_middleware = RateLimitMiddleware(IdempotencyMiddleware(_view))
+
+
+def direct_answer(match: ResolverMatch, environ: dict[str, Any]) -> HttpResponse | None:
+    """The answer the full application would give, or None (nothing read,
+    nothing done) for a Host outside ALLOWED_HOSTS, which the full application
+    then refuses."""
     request = WSGIRequest(environ)
+    try:
+        request.get_host()  # as CommonMiddleware checks it
+    except DisallowedHost:
+        return None
     request.resolver_match = match
     # What Django's request_started and request_finished signals do around a
     # request: a connection past its age or broken is closed, not reused.
     close_old_connections()
     try:
-        try:
-            request.get_host()  # ALLOWED_HOSTS, as CommonMiddleware checks it
-        except DisallowedHost:
-            return None
-        if not isinstance(request_key(request), ApiKey):
-            return None
-        state, who = request_rate_hit(request)
-        if not state.allowed:
-            return rate_limited_response(state, who)
-        try:
-            response = match.func(request, *match.args, **match.kwargs)
-            if hasattr(response, "render"):
-                response.render()  # DRF's Response: its bytes, by its negotiated renderer
-        except Exception:  # the envelope middleware's process_exception, as over HTTP
-            logger.exception("Unhandled error on %s %s", request.method, request.path)
-            response = JsonResponse(internal_error().envelope(), status=500)
-        for name, value in state.headers().items():
-            response[name] = value
-        if response.status_code >= 400:  # the warning Django's handler logs for these
-            log_response(
-                "%s: %s", response.reason_phrase, request.path, response=response, request=request
-            )
-        return response
+        response = _api_middleware(request)
     finally:
         close_old_connections()
+    if response.status_code >= 400:  # the warning Django's handler logs for these
+        log_response(
+            "%s: %s", response.reason_phrase, request.path, response=response, request=request
+        )
+    return response

@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.wsgi import get_wsgi_application
 
 from access.services import api_key_create, api_key_revoke
@@ -27,7 +28,14 @@ VOLATILE = re.compile(
     r'"(?:[a-z_]*_at|at|id|lease_id|audit_entry_id|fence|value_hash|revision)": ("[^"]*"|\d+)'
 )
 # What a client of the socket or /mcp reads besides the body.
-SHOWN = ("preference-applied", "retry-after", "x-ratelimit-limit", "location", "link")
+SHOWN = (
+    "preference-applied",
+    "retry-after",
+    "x-ratelimit-limit",
+    "location",
+    "link",
+    "idempotent-replayed",
+)
 
 
 class Recording:
@@ -133,7 +141,27 @@ def _script(ns: str) -> list[tuple[str, str, Any, dict[str, str], str]]:
             {"Prefer": "return=minimal"},
             "all",
         ),
-        ("POST", f"/api/shards/{ns}log/commit", {"append": ["a"]}, {}, "all"),
+        (
+            "POST",
+            f"/api/shards/{ns}log/commit",
+            {"append": ["a"]},
+            {"Idempotency-Key": f"{ns}k1"},
+            "all",
+        ),
+        (
+            "POST",
+            f"/api/shards/{ns}log/commit",
+            {"append": ["a"]},
+            {"Idempotency-Key": f"{ns}k1"},
+            "all",
+        ),
+        (
+            "POST",
+            f"/api/shards/{ns}log/commit",
+            {"append": ["z"]},
+            {"Idempotency-Key": f"{ns}k1"},
+            "all",
+        ),
         (
             "POST",
             f"/api/shards/{ns}log/commit",
@@ -227,8 +255,14 @@ def test_hot_calls_answer_in_the_lane_exactly_as_the_full_application_does(monke
         ), (method, path)
     statuses = {status for status, _, _ in answers["lane"]}
     assert {200, 201, 204, 400, 401, 403, 404, 409, 429} <= statuses
-    # The lane answered every hot call itself; only creations, the revoked key's
-    # request (recorded and counted by the full application) and the one for a host
-    # outside ALLOWED_HOSTS reached Django.
-    assert lane_app.paths == ["/api/shards"] * 3 + ["/api/shards/l.c"] * 2
+    # The lane answered every hot call itself; only creations and the one for a
+    # host outside ALLOWED_HOSTS reached Django.
+    assert lane_app.paths == ["/api/shards"] * 3 + ["/api/shards/l.c"]
     assert len(full_app.paths) == len(_script("f."))  # and the other run took none
+
+
+def test_the_lane_runs_every_middleware_of_the_api_and_passes_over_only_the_pages():
+    assert [m for m in settings.MIDDLEWARE if m not in direct.PASSED_OVER] == list(
+        direct.LANE_MIDDLEWARE
+    )
+    assert set(direct.PASSED_OVER) <= set(settings.MIDDLEWARE)
