@@ -23,6 +23,7 @@ from shards.models import Shard
 from shards.services import shard_create
 from tests.conftest import ROOT
 from zerolock_sdk.approvals import ApprovalClient
+from zerolock_sdk.errors import SchemaViolationError
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
@@ -330,6 +331,56 @@ def test_the_sdk_edits_asks_for_changes_and_waits_for_what_was_applied(live_serv
 
     asyncio.run(scenario())
     assert Shard.objects.get(pk="pay-sdk").value == {"amount": 400, "to": "acme"}
+
+
+def test_through_the_sdk_a_refused_edit_decides_nothing_and_an_edit_resets_the_quorum(
+    live_server_url,
+):
+    a_payment_shard("pay-sdk-quorum", approvals_required=2)
+    agent, (first, editor, _) = keys()
+
+    async def scenario() -> None:
+        async with (
+            ApprovalClient(live_server_url, agent_id="executor", api_key=agent) as executor,
+            ApprovalClient(live_server_url, agent_id="o1", api_key=first) as alice,
+            ApprovalClient(live_server_url, agent_id="o2", api_key=editor) as bob,
+        ):
+            asked = await executor.request_approval(
+                "pay-sdk-quorum", {"amount": 900, "to": "acme"}, 1, "Pay"
+            )
+            waiting = asyncio.create_task(
+                executor.wait_for_approval(asked.id, poll_seconds=0.2, timeout_seconds=30)
+            )
+            voted = await alice.approve(asked.id)
+            assert (voted.status, voted.raw["approvals_counted"]) == ("pending", 1)
+            # Past the schema's maximum: refused, nothing recorded, still pending.
+            with pytest.raises(SchemaViolationError):
+                await bob.approve(asked.id, edited_value={"amount": 5000, "to": "acme"})
+            still = await executor.client.get_approval(asked.id)
+            assert (still.status, still.edited, still.raw["approvals_counted"]) == (
+                "pending",
+                False,
+                1,
+            )
+            # Bob's edit is his vote for 400; Alice's vote was for 900 and stops counting.
+            edited = await bob.approve(asked.id, edited_value={"amount": 400, "to": "acme"})
+            assert (edited.status, edited.raw["approvals_counted"]) == ("pending", 1)
+            assert edited.applied_value == {"amount": 400, "to": "acme"}
+            assert not waiting.done()
+            # Alice approves the value she now sees: the quorum of two is reached.
+            done = await alice.approve(asked.id, expected_value_hash=edited.applied_value_hash)
+            assert (done.status, done.applied, done.raw["approvals_counted"]) == (
+                "approved",
+                True,
+                2,
+            )
+            applied = await waiting
+            assert applied.applied_value == {"amount": 400, "to": "acme"} and applied.edited
+
+    asyncio.run(scenario())
+    assert Shard.objects.get(pk="pay-sdk-quorum").value == {"amount": 400, "to": "acme"}
+    commits = AuditEntry.objects.filter(shard_id="pay-sdk-quorum", action="shard.commit")
+    assert [c.value for c in commits] == [{"amount": 400, "to": "acme"}]
 
 
 def test_webhooks_say_edited_and_carry_the_message_of_changes_requested(live_server_url):

@@ -101,3 +101,49 @@ def test_an_officer_requests_changes_and_the_next_request_is_linked_both_ways(co
     page.click("#follows a")
     expect(page.locator("#followed-by a")).to_have_text(second)
     assert axe_violations(page) == []
+
+
+def test_an_edit_under_a_quorum_is_the_editors_vote_and_the_first_officer_approves_again(
+    console, browser
+):
+    """Quorum with an edit, in the console: Rita approves 5 seats, Sam edits to 4.
+    Rita's vote was for 5, so it stops counting and her decide form comes back,
+    showing the edited value; her second approval reaches the quorum of two and
+    4 is written, never 5."""
+    from playwright.sync_api import expect
+
+    url = console["url"]
+    approval_id = console["executor"].request("board", {"seats": 5}, "Add two board seats")
+    path = f"/console/approvals/{approval_id}"
+    rita = browser(url, "rita", path=path)
+    rita.click("#approve")
+    rita.click("#confirm-yes")
+    expect(rita.locator("#quorum")).to_contain_text("1 of 2 approvals, by rita")
+    expect(rita.locator("#my-vote")).to_contain_text("You approved this")
+
+    sam = browser(url, "sam", path=path)
+    sam.click("#edit-box summary")
+    sam.fill("#edited-value-input", json.dumps({"seats": 4}))
+    sam.click("#edit-preview")
+    expect(sam.locator("#edit-summary tr[data-path='/seats'] .val.new")).to_have_text("4")
+    sam.click("#edit-confirm")
+    expect(sam.locator("#approval-status")).to_have_text("pending")
+    expect(sam.locator("#quorum")).to_contain_text("1 of 2 approvals, by sam")
+    expect(sam.locator("#edited-by")).to_contain_text("user:sam")
+    assert Shard.objects.get(pk="board").version == 1
+
+    rita.reload()
+    expect(rita.locator("#my-vote")).to_have_count(0)  # her vote no longer counts
+    expect(rita.locator("#edited-by")).to_contain_text("user:sam")
+    rita.click("#approve")
+    rita.click("#confirm-yes")
+    expect(rita.locator("#approval-status")).to_have_text("committed")
+    expect(rita.locator("#quorum")).to_contain_text("2 of 2 approvals")
+    assert Shard.objects.get(pk="board").value == {"seats": 4}
+    approval = Approval.objects.get(pk=approval_id)
+    # A plain approval's kind is blank; Rita's first no longer counts.
+    assert [(d.kind, d.counts) for d in approval.decisions.order_by("created_at")] == [
+        ("", False),
+        ("edit", True),
+        ("", True),
+    ]
