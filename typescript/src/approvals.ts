@@ -95,4 +95,8 @@ export class ApprovalClient {
   reject(approvalId: string, reason: string): Promise<Approval> {
     return this.client.reject(approvalId, reason);
   }
+
+  requestChanges(approvalId: string, message: string): Promise<Approval> {
+    return this.client.requestChanges(approvalId, message);
+  }
 }

@@ -113,6 +113,8 @@ export interface ClaimBody {
 export interface RequestApprovalOptions extends WriteOptions {
   ttlSeconds?: number;
   metadata?: Record<string, unknown>;
+  /** The earlier request this one follows, after a decider asked for changes. */
+  previousId?: string;
 }
 
 export interface ReserveOptions extends WriteOptions {
@@ -437,6 +439,7 @@ export class ZeroLockClient {
       ttl_seconds: options.ttlSeconds ?? 3600,
     };
     if (options.metadata !== undefined) body["metadata"] = options.metadata;
+    if (options.previousId !== undefined) body["previous_id"] = options.previousId;
     return this.call<Approval>("POST", "/api/approvals/request", { ...options, body });
   }
 
@@ -484,6 +487,19 @@ export class ZeroLockClient {
       ...options,
       body: { reason },
     });
+  }
+
+  /**
+   * Ends the request with status "changes_requested": nothing is written, and
+   * `message` (required) reaches the agent as the approval's `reason`. The agent
+   * asks again with `requestApproval(..., { previousId })`.
+   */
+  async requestChanges(approvalId: string, message: string, options: WriteOptions = {}): Promise<Approval> {
+    return this.call<Approval>(
+      "POST",
+      `/api/approvals/${encodeURIComponent(approvalId)}/request-changes`,
+      { ...options, body: { message } },
+    );
   }
 
   /**

@@ -327,6 +327,29 @@ describe("approvals", () => {
     assert.equal(error.code, "APPROVAL_NOT_PENDING");
   });
 
+  test("requestChanges ends a request with its message; the next names it as previousId and is approved with an edit", async () => {
+    const executor = new ApprovalClient(new ZeroLockClient(server.url, options(server.keys.admin, "executor")));
+    const officer = new ApprovalClient(new ZeroLockClient(server.url, options(server.keys.officer, "officer")));
+    await zl.createShard("vendor_payout", { initialValue: { amount: 0 }, reversible: false });
+    const first = await executor.requestApproval("vendor_payout", { amount: 900 }, 1, "pay 900");
+    const changed = await officer.requestChanges(first.id, "Ask for 450");
+    assert.equal(changed.status, "changes_requested");
+    const seen = await executor.waitForApproval(first.id, { pollIntervalMs: 50 });
+    assert.equal(seen.status, "changes_requested");
+    assert.equal(seen.reason, "Ask for 450");
+    const second = await executor.requestApproval("vendor_payout", { amount: 450 }, 1, "pay 450", { previousId: first.id });
+    assert.equal(second.previous_id, first.id);
+    const approved = await officer.approve(second.id, "", {
+      editedValue: { amount: 400 },
+      expectedValueHash: second.applied_value_hash,
+    });
+    assert.equal(approved.status, "committed");
+    assert.equal(approved.edited, true);
+    assert.deepEqual((await zl.getShard("vendor_payout")).value, { amount: 400 });
+    const error = await officer.requestChanges(second.id, "too late").catch((e) => e);
+    assert.ok(error instanceof ConflictError, String(error));
+  });
+
   test("the requester approving its own request throws SelfApprovalError", async () => {
     const executor = new ZeroLockClient(server.url, options(server.keys.admin, "executor"));
     const approval = await executor.requestApproval("prod_deploy", { release: "v4" }, 2, "ship v4");
