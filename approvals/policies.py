@@ -245,8 +245,8 @@ def _typed_path(value: Any, tokens: list[str]) -> list[str | int] | None:
 def same_kind(approval: Approval) -> SameKind | None:
     """The policy "the same kind" means, from the stored diff of the request:
     the exact shard id as the prefix, the same requester through the same key,
-    and for each changed path: a number at most the proposed one (``<=``), any
-    other value exactly the proposed one (``==``), a removal removed
+    and for each changed path: a number between 0 and the proposed one (``>=``
+    and ``<=``), any other value exactly the proposed one (``==``), a removal removed
     (``not_exists``). Paths the request did not change are not checked. None when
     there is no diff to read it from (too large, or nothing changes)."""
     if not approval.diff:
@@ -268,12 +268,16 @@ def same_kind(approval: Approval) -> SameKind | None:
             return None
         new = path_get(approval.proposed_value, tuple(path))
         if isinstance(new, int | float) and not isinstance(new, bool):
-            when.append({"path": path, "op": "<=", "value": new})
-            covers.append(f"{shown} is a number at most {json.dumps(new)}")
+            # A range from 0 to the proposed number: no larger, and never across
+            # zero (approving a payment of 900 must not approve one of -5,000,000).
+            low, high = min(0, new), max(0, new)
+            when.append({"path": path, "op": ">=", "value": low})
+            when.append({"path": path, "op": "<=", "value": high})
+            covers.append(f"{shown} is a number from {json.dumps(low)} to {json.dumps(high)}")
         else:
             when.append({"path": path, "op": "==", "value": new})
             covers.append(f"{shown} is exactly {json.dumps(new)[:200]}")
-    if len(approval.diff) > MAX_WHEN:
+    if len(approval.diff) > MAX_WHEN or len(when) > MAX_WHEN:
         return None
     fields = {
         "shard_prefix": approval.shard_id,

@@ -283,6 +283,7 @@ def test_same_kind_reads_nested_list_and_removed_paths_from_the_stored_diff(exec
     assert kind is not None
     assert sorted(kind.fields["when"], key=str) == sorted(
         [
+            {"path": ["order", "lines", 0, "qty"], "op": ">=", "value": 0},
             {"path": ["order", "lines", 0, "qty"], "op": "<=", "value": 3},
             {"path": ["order", "memo"], "op": "==", "value": "b"},
             {"path": ["order", "tag"], "op": "not_exists"},

@@ -31,7 +31,7 @@ def test_approve_and_the_same_kind_for_an_hour_covers_exactly_what_the_dialog_sa
     covers = dialog.locator("#same-kind-covers")
     expect(covers).to_contain_text("shards whose id starts with 'budget'")
     expect(covers).to_contain_text("requests by agent executor through key")
-    expect(covers).to_contain_text("limit is a number at most 250")
+    expect(covers).to_contain_text("limit is a number from 0 to 250")
     expect(covers).to_contain_text("anything else in the proposed value is not checked")
     assert axe_violations(page) == [], report(axe_violations(page))
 
@@ -52,7 +52,10 @@ def test_approve_and_the_same_kind_for_an_hour_covers_exactly_what_the_dialog_sa
         "executor",
         "user:rita",
     )
-    assert policy.when == [{"path": ["limit"], "op": "<=", "value": 250}]
+    assert policy.when == [
+        {"path": ["limit"], "op": ">=", "value": 0},
+        {"path": ["limit"], "op": "<=", "value": 250},
+    ]
     assert AuditEntry.objects.filter(action="approval.policy_created").count() == 1
 
     # The same kind is approved by the policy; a larger one waits for a person.
@@ -61,3 +64,6 @@ def test_approve_and_the_same_kind_for_an_hour_covers_exactly_what_the_dialog_sa
     assert Shard.objects.get(pk="budget").value == {"limit": 250, "note": "again"}
     larger = executor.request("budget", {"limit": 251, "note": "again"}, "More")
     assert Approval.objects.get(pk=larger).status == "pending"
+    # Nor does it reach across zero: a negative limit is not "at most 250" to a person.
+    negative = executor.request("budget", {"limit": -5, "note": "again"}, "Negative")
+    assert Approval.objects.get(pk=negative).status == "pending"
