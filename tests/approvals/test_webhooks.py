@@ -457,3 +457,55 @@ def test_admin_sends_a_test_event_redelivers_a_failed_one_and_lists_health(worke
         assert '<td class="field-last_success">never</td>' not in listing
     finally:
         receiver.close()
+
+
+def test_in_a_real_browser_an_admin_sees_health_redelivers_and_sends_a_test_event(
+    worker, api, browser, live_server_url
+):
+    """Issue 28, console defect 8, in Chromium: the subscription list shows a dead
+    endpoint's health, the delivery list's "redeliver" action delivers a failed
+    delivery once the endpoint is back, and "send a test event" reaches it signed."""
+    from django.contrib.auth.models import User
+    from playwright.sync_api import expect
+
+    from tests.approvals.conftest import PASSWORD
+
+    executor, _ = api
+    receiver = Receiver([500])
+    User.objects.create_superuser("root", "", PASSWORD)
+    try:
+        subscription = subscribe(receiver.url, ["approval.requested"])
+        approval_id = request(executor)
+        delivery = WebhookDelivery.objects.get(approval_id=approval_id)
+        wait_for(lambda: WebhookDelivery.objects.get(pk=delivery.pk).status == "failed", 15)
+        page = browser(live_server_url, "root")
+        page.goto(f"{live_server_url}/admin/approvals/webhooksubscription/")
+        row = page.locator("#result_list tbody tr").filter(has_text="ops")
+        expect(row.locator("td.field-failed")).to_have_text("1")
+        expect(row.locator("td.field-last_success")).to_have_text("never")
+
+        receiver.codes = [200]  # the endpoint is back
+        received = len(receiver.received)
+        page.goto(f"{live_server_url}/admin/approvals/webhookdelivery/")
+        page.check(f"#result_list input.action-select[value='{delivery.pk}']")
+        page.select_option("select[name=action]", "redeliver")
+        page.click("#changelist-form button[name=index]")
+        expect(page.locator("ul.messagelist")).to_be_visible()
+        wait_for(lambda: WebhookDelivery.objects.get(pk=delivery.pk).status == "delivered", 10)
+        again = receiver.received[received:]
+        assert len(again) == 1 and again[0]["headers"]["webhook-id"] == delivery.id
+        assert verified(subscription.secret, again[0])["data"]["approval_id"] == approval_id
+
+        page.goto(f"{live_server_url}/admin/approvals/webhooksubscription/")
+        page.check(f"#result_list input.action-select[value='{subscription.pk}']")
+        page.select_option("select[name=action]", "send_test_event")
+        page.click("#changelist-form button[name=index]")
+        expect(page.locator("ul.messagelist")).to_be_visible()
+        wait_for(lambda: len(receiver.received) == received + 2, 10)
+        assert verified(subscription.secret, receiver.received[-1])["type"] == "webhook.test"
+        page.reload()
+        row = page.locator("#result_list tbody tr").filter(has_text="ops")
+        expect(row.locator("td.field-failed")).to_have_text("0")
+        expect(row.locator("td.field-last_success")).not_to_have_text("never")
+    finally:
+        receiver.close()
