@@ -10,8 +10,9 @@ answer is the code an HTTP request runs, called from here:
 
 - routing: Django's own ``resolve`` on the project's URLconf, and the Host
   check against ALLOWED_HOSTS;
-- the API's middleware, the same classes in the same order: the rate limit
-  (``RateLimitMiddleware``) around idempotency (``IdempotencyMiddleware``);
+- the API's middleware, the same classes in the same order (``LANE_MIDDLEWARE``):
+  the rate limit (``RateLimitMiddleware``) around idempotency
+  (``IdempotencyMiddleware``);
 - authentication, the agent check, permissions, scopes, parsing, the view, its
   services and audit, the error envelope: the view's own DRF dispatch
   (``APIView.dispatch``), with the project's parser, renderer and exception
@@ -35,12 +36,11 @@ from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import Resolver404, ResolverMatch, resolve
 from django.utils.log import log_response
+from django.utils.module_loading import import_string
 from rest_framework.views import APIView
 
-from access.middleware import RateLimitMiddleware
 from common.errors import internal_error
 from coordination import views as coordination_views
-from coordination.idempotency import IdempotencyMiddleware
 from shards import views as shard_views
 
 logger = logging.getLogger(__name__)
@@ -87,8 +87,9 @@ def _view(request: HttpRequest) -> HttpResponse:
         return JsonResponse(internal_error().envelope(), status=500)
 
 
-# settings.MIDDLEWARE, less what the lane passes over; a test holds the three
-# lists together, so a middleware added there is placed here too.
+# settings.MIDDLEWARE, less what the lane passes over, outermost first; a test
+# holds these two lists to settings.MIDDLEWARE, so a middleware added there must
+# be placed in one of them.
 LANE_MIDDLEWARE = (
     "access.middleware.RateLimitMiddleware",
     "coordination.idempotency.IdempotencyMiddleware",
@@ -108,7 +109,18 @@ PASSED_OVER = (
     "zerolock_site.http_errors.ApiErrorEnvelopeMiddleware",
     "zerolock_site.page_middleware.AxesMiddleware",
 )
-_api_middleware = RateLimitMiddleware(IdempotencyMiddleware(_view))
+
+
+def _chain(view: Any) -> Any:
+    """``view`` inside LANE_MIDDLEWARE, outermost first, as Django's handler
+    builds its own chain from settings.MIDDLEWARE."""
+    handler = view
+    for path in reversed(LANE_MIDDLEWARE):
+        handler = import_string(path)(handler)
+    return handler
+
+
+_api_middleware = _chain(_view)
 
 
 def direct_answer(match: ResolverMatch, environ: dict[str, Any]) -> HttpResponse | None:
