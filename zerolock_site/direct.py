@@ -10,7 +10,8 @@ answer is the code an HTTP request runs, called from here:
 
 - routing: Django's own ``resolve`` on the project's URLconf, and the Host
   check against ALLOWED_HOSTS;
-- the API's middleware, the same classes in the same order (``LANE_MIDDLEWARE``):
+- the API's middleware, the same classes in the same order (settings.MIDDLEWARE
+  less ``PASSED_OVER``):
   the rate limit (``RateLimitMiddleware``) around idempotency
   (``IdempotencyMiddleware``);
 - authentication, the agent check, permissions, scopes, parsing, the view, its
@@ -30,6 +31,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.wsgi import WSGIRequest
 from django.db import close_old_connections
@@ -87,13 +89,6 @@ def _view(request: HttpRequest) -> HttpResponse:
         return JsonResponse(internal_error().envelope(), status=500)
 
 
-# settings.MIDDLEWARE, less what the lane passes over, outermost first; a test
-# holds these two lists to settings.MIDDLEWARE, so a middleware added there must
-# be placed in one of them.
-LANE_MIDDLEWARE = (
-    "access.middleware.RateLimitMiddleware",
-    "coordination.idempotency.IdempotencyMiddleware",
-)
 # The envelope middleware's work is done by _view (its 500) and by DRF (every
 # other /api/ answer is already JSON); the rest serve pages or add headers only.
 PASSED_OVER = (
@@ -111,11 +106,16 @@ PASSED_OVER = (
 )
 
 
+def lane_middleware() -> list[str]:
+    return [path for path in settings.MIDDLEWARE if path not in PASSED_OVER]
+
+
 def _chain(view: Any) -> Any:
-    """``view`` inside LANE_MIDDLEWARE, outermost first, as Django's handler
-    builds its own chain from settings.MIDDLEWARE."""
+    """``view`` inside settings.MIDDLEWARE less PASSED_OVER, in its order, as
+    Django's handler builds its own chain: a middleware added there runs here too
+    unless it is named above as passed over."""
     handler = view
-    for path in reversed(LANE_MIDDLEWARE):
+    for path in reversed(lane_middleware()):
         handler = import_string(path)(handler)
     return handler
 
