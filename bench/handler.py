@@ -2,7 +2,7 @@
 
 Run by hand (not a test):
 
-    .venv/bin/python bench/handler.py get              # or commit, floor
+    .venv/bin/python bench/handler.py get              # or commit, append, floor
     .venv/bin/python bench/handler.py get --profile    # cProfile's top functions
 
 The load generators in this folder share the machine's two cores with the
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=["get", "commit", "floor"])
+    parser.add_argument("mode", choices=["get", "commit", "append", "floor"])
     parser.add_argument("--requests", type=int, default=3000, help="per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="cProfile one more round")
@@ -98,13 +98,18 @@ def main() -> None:
 
     created = call("POST", "/api/shards", b'{"id":"h1","type":"decision","initial_value":{"n":0}}')
     version = json.loads(created)["version"]
+    call("POST", "/api/shards", b'{"id":"log","type":"additive","crdt_type":"array"}')
+    appended = 0
 
     def one() -> None:
-        nonlocal version
+        nonlocal version, appended
         if args.mode == "get":
             call("GET", "/api/shards/h1")
         elif args.mode == "floor":
             call("GET", "/bench/floor")
+        elif args.mode == "append":
+            appended += 1
+            call("POST", "/api/shards/log/commit", json.dumps({"append": [appended]}).encode())
         else:
             body = {"expected_version": version, "new_value": {"n": version}}
             version = json.loads(call("POST", "/api/shards/h1/commit", json.dumps(body).encode()))[

@@ -227,6 +227,17 @@ class SocketClient:
         content = b"" if got.get("body") is None else json.dumps(got["body"]).encode()
         return Answer(method, path, int(got["status"]), content, "application/json")
 
+    def ping(self) -> Answer:
+        """The socket's own floor: a ``ping`` frame answered by ``pong`` in the
+        consumer, with no Django handler, thread hop or database behind it."""
+        self._conn.send('{"type": "ping"}')
+        while True:
+            got = json.loads(self._conn.recv(timeout=REQUEST_TIMEOUT_S))
+            if got.get("type") == "pong":
+                return Answer("WS", "ping", 200, b"", "application/json")
+            if got.get("type") == "error":
+                raise httpcore.ProtocolError(f"error frame: {got}")
+
     def close(self) -> None:
         self._conn.close()
 
@@ -253,6 +264,20 @@ class Call:
             self.tally.latencies.append(time.perf_counter() - start)
             self.tally.error(f"{method} {path}: {type(exc).__name__}: {exc}")
             time.sleep(0.05)  # don't spin on a server that is gone
+            return None
+        self.tally.latencies.append(time.perf_counter() - start)
+        return answer
+
+    def ping(self) -> Answer | None:
+        """A timed ping frame (SocketClient only)."""
+        assert isinstance(self.client, SocketClient)
+        start = time.perf_counter()
+        try:
+            answer = self.client.ping()
+        except TRANSPORT_ERRORS as exc:
+            self.tally.latencies.append(time.perf_counter() - start)
+            self.tally.error(f"ping: {type(exc).__name__}: {exc}")
+            time.sleep(0.05)
             return None
         self.tally.latencies.append(time.perf_counter() - start)
         return answer
@@ -521,7 +546,13 @@ class ZeroLock:
     # ZeroLock only
 
     def floor(self, call: Call) -> bool | None:
-        r = call.request("GET", "/bench/floor")
+        # Over HTTP the floor view; over the socket (where only /api/ paths may be
+        # requested) a ping frame, the least the socket answers.
+        r = (
+            call.ping()
+            if isinstance(call.client, SocketClient)
+            else call.request("GET", "/bench/floor")
+        )
         if r is None:
             return None
         if r.status_code != 200:
@@ -1066,7 +1097,10 @@ def summary(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[s
         )
     line(f"GET of one value, {a} agents: req/s", *both("get", "ops_per_s"))
     floor_rate = pick("floor", "ZeroLock", "ops_per_s")
-    line(f"framework floor (/bench/floor), {a} agents: req/s", None, floor_rate)
+    floor_name = (
+        "socket floor (ping frames)" if args.transport == "ws" else "framework floor (/bench/floor)"
+    )
+    line(f"{floor_name}, {a} agents: req/s", None, floor_rate)
     line(
         "GET of one shard / framework floor",
         None,
