@@ -217,16 +217,40 @@ def can_watch(user: Any) -> bool:
 # --- Django REST framework -------------------------------------------------------------
 
 
+def principal_admit(key: ApiKey | ApiError | None, *, raw: str, agent_id: str) -> Principal:
+    """Who an API call is, from its resolved key (``request_key``) and the agent it
+    claims: 401 without a usable key (recorded), 400/403 for an agent it may not
+    act as. The API's authentication, over HTTP and in the direct lane alike."""
+    if key is None:
+        raise Unauthenticated()
+    if isinstance(key, ApiError):
+        raise authentication_refused(key, raw=raw)
+    return Principal(key=key, agent_id=agent_check(key, agent_id))
+
+
+def call_permitted(
+    who: Principal, *, method: str, needed: str | None, shard_id: str | None
+) -> None:
+    """What an API call needs before its view runs: the permission its view names
+    for the method, an acting agent for a write, and scope over the shard in its
+    path. The API's permission check, over HTTP and in the direct lane alike."""
+    if needed:
+        permission_check(who.key, needed)
+    if method not in ("GET", "HEAD", "OPTIONS"):
+        agent_required(who.agent_id)
+    if shard_id is not None:
+        scope_check(who.key, [shard_id])
+
+
 class ApiKeyAuthentication(BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[Principal, ApiKey] | None:
         # Resolved, and counted against the key or the address, by RateLimitMiddleware.
-        key = request_key(request._request)
-        if key is None:
-            raise Unauthenticated()
-        if isinstance(key, ApiError):
-            raise authentication_refused(key, raw=request.META.get("HTTP_X_API_KEY", ""))
-        agent_id = agent_check(key, request_agent_id(request._request))
-        return Principal(key=key, agent_id=agent_id), key
+        who = principal_admit(
+            request_key(request._request),
+            raw=request.META.get("HTTP_X_API_KEY", ""),
+            agent_id=request_agent_id(request._request),
+        )
+        return who, who.key
 
     def authenticate_header(self, request: Request) -> str:
         return "X-API-Key"
@@ -240,11 +264,10 @@ class HasKeyPermission(BasePermission):
         principal = request.user
         if not isinstance(principal, Principal):
             return False
-        needed = getattr(view, "required_permissions", {}).get(request.method)
-        if needed:
-            permission_check(principal.key, needed)
-        if request.method not in ("GET", "HEAD", "OPTIONS"):
-            agent_required(principal.agent_id)
-        if "shard_id" in view.kwargs:
-            scope_check(principal.key, [view.kwargs["shard_id"]])
+        call_permitted(
+            principal,
+            method=str(request.method),
+            needed=getattr(view, "required_permissions", {}).get(request.method),
+            shard_id=view.kwargs.get("shard_id"),
+        )
         return True

@@ -45,11 +45,27 @@ def write_answer(
     prefers ``return=minimal``, marked with ``Preference-Applied``, and always
     without it when ``shown`` is False (a key that may not read the shard's
     values: an additive commit's merged value, a claim's whole queue)."""
-    minimal = prefers_minimal(request.headers.get("Prefer", ""))
-    if shown and not minimal:
-        return Response(dict(body), status=status)
-    left_out = set(omit)
-    response = Response({k: v for k, v in body.items() if k not in left_out}, status=status)
-    if minimal:
-        response["Preference-Applied"] = RETURN_MINIMAL
+    shaped, headers = write_shape(
+        body, prefer=request.headers.get("Prefer", ""), omit=omit, shown=shown
+    )
+    return shaped_response(shaped, headers, status=status)
+
+
+def shaped_response(body: Any, headers: Mapping[str, str], *, status: int = 200) -> Response:
+    response = Response(body, status=status)
+    for name, value in headers.items():
+        response[name] = value
     return response
+
+
+def write_shape(
+    body: Mapping[str, Any], *, prefer: str, omit: Iterable[str] = ("value",), shown: bool = True
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """What ``write_answer`` answers, without DRF: the body and its headers (the
+    direct lane's straight calls build their answer from this)."""
+    minimal = prefers_minimal(prefer)
+    if shown and not minimal:
+        return dict(body), {}
+    left_out = set(omit)
+    shaped = {k: v for k, v in body.items() if k not in left_out}
+    return shaped, ({"Preference-Applied": RETURN_MINIMAL} if minimal else {})

@@ -10,7 +10,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from access.auth import principal, scope_check
+from access.auth import Principal, principal, scope_check
 from access.identity import sees_values
 from audit.models import AuditEntry
 from common import pages
@@ -18,7 +18,7 @@ from common.api import ApiView
 from common.errors import Invalid
 from common.inputs import parsed
 from common.openapi import CONFLICT, PREFER_PARAMETERS
-from common.prefer import write_answer
+from common.prefer import shaped_response, write_shape
 from shards import services
 from shards.models import Shard, ShardType
 
@@ -101,8 +101,7 @@ class ShardDetailView(ApiView):
         responses=ShardSerializer, operation_id="shards_get", parameters=[SHARD_ID_PARAMETER]
     )
     def get(self, request: Request, shard_id: str) -> Response:
-        shard = services.shard_read(shard_id=shard_id, reader=principal(request).reader)
-        return Response(shard_data(shard))
+        return Response(shard_read_answer(principal(request), shard_id))
 
     @extend_schema(
         responses={204: OpenApiResponse(description="Deleted")}, parameters=[SHARD_ID_PARAMETER]
@@ -121,30 +120,43 @@ class ShardCommitView(ApiView):
         parameters=[*PREFER_PARAMETERS, SHARD_ID_PARAMETER],
     )
     def post(self, request: Request, shard_id: str) -> Response:
-        shard = services.shard_get(shard_id, payload=False)
-        if shard.type == ShardType.ADDITIVE:
-            if not isinstance(request.data, dict):
-                raise Invalid("Expected a JSON object.")
-            result = services.additive_commit(
-                actor=principal(request).actor, shard=shard, body=request.data
-            )
-            return write_answer(
-                request, result.as_dict(), shown=sees_values(principal(request).key)
-            )
-        data = parsed(CommitSerializer, request.data)
-        # The read set names other shards: each must be inside the key's scopes
-        # (as the shard in the path is), before anything about them is read.
-        scope_check(principal(request).key, data["read_set"])
-        result = services.shard_commit(
-            actor=principal(request).actor,
-            shard=shard,
-            expected_version=data["expected_version"],
-            new_value=data["new_value"],
-            read_set=data["read_set"],
-            approval_id=data.get("approval_id"),
-            fence=data.get("fence"),
+        body, headers = shard_commit_answer(
+            principal(request), shard_id, request.data, prefer=request.headers.get("Prefer", "")
         )
-        return write_answer(request, result.as_dict(), shown=sees_values(principal(request).key))
+        return shaped_response(body, headers)
+
+
+def shard_read_answer(who: Principal, shard_id: str) -> dict[str, Any]:
+    """``GET /api/shards/{id}``'s answer: the view's, and the direct lane's
+    straight call's (zerolock_site/direct.py)."""
+    return shard_data(services.shard_read(shard_id=shard_id, reader=who.reader))
+
+
+def shard_commit_answer(
+    who: Principal, shard_id: str, data: Any, *, prefer: str
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """``POST /api/shards/{id}/commit``'s answer (body and headers) to the parsed
+    request body ``data``: the view's, and the direct lane's straight call's."""
+    shard = services.shard_get(shard_id, payload=False)
+    if shard.type == ShardType.ADDITIVE:
+        if not isinstance(data, dict):
+            raise Invalid("Expected a JSON object.")
+        result = services.additive_commit(actor=who.actor, shard=shard, body=data)
+        return write_shape(result.as_dict(), prefer=prefer, shown=sees_values(who.key))
+    checked = parsed(CommitSerializer, data)
+    # The read set names other shards: each must be inside the key's scopes
+    # (as the shard in the path is), before anything about them is read.
+    scope_check(who.key, checked["read_set"])
+    result = services.shard_commit(
+        actor=who.actor,
+        shard=shard,
+        expected_version=checked["expected_version"],
+        new_value=checked["new_value"],
+        read_set=checked["read_set"],
+        approval_id=checked.get("approval_id"),
+        fence=checked.get("fence"),
+    )
+    return write_shape(result.as_dict(), prefer=prefer, shown=sees_values(who.key))
 
 
 class ShardHistoryView(ApiView):

@@ -21,6 +21,10 @@ answer is the code an HTTP request runs, called from here:
 - an unexpected error: the envelope middleware's 500, and the warning Django's
   handler logs for every 4xx and 5xx.
 
+A shard read and a commit go further: straight calls (below) make the same
+calls DRF's dispatch and the API middleware would, in their order, without
+DRF's request and response objects.
+
 Any other view, and a Host outside ALLOWED_HOSTS, take the full application.
 The lane's test (tests/site/test_direct_lane.py) holds the two to the same
 answers, and the socket's (tests/realtime/test_socket_requests.py) every
@@ -29,6 +33,7 @@ endpoint to HTTP's."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -41,9 +46,15 @@ from django.utils.log import log_response
 from django.utils.module_loading import import_string
 from rest_framework.views import APIView
 
+from access.auth import Principal, call_permitted, principal_admit, request_agent_id, request_key
+from access.middleware import rate_limited_response, request_rate_hit
+from common.api import ANYTHING
 from common.errors import internal_error
+from common.inputs import json_body_loads
+from common.renderers import FastJSONRenderer
 from coordination import views as coordination_views
 from shards import views as shard_views
+from zerolock_site.http_errors import api_exception_handler
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +134,121 @@ def _chain(view: Any) -> Any:
 _api_middleware = _chain(_view)
 
 
+# --- straight calls ------------------------------------------------------------------
+#
+# The hottest two (a shard read, a commit) skip DRF's dispatch too, and call what
+# it would call, in its order, each rule from its one home: the rate limit
+# (``request_rate_hit``, as RateLimitMiddleware), authentication
+# (``principal_admit``, as ApiKeyAuthentication), the permission, agent and
+# scope checks (``call_permitted``, as HasKeyPermission, with the view's own
+# ``required_permissions``), the body's parser (``json_body_loads``, as
+# SafeJSONParser), the view's body (``shard_read_answer``,
+# ``shard_commit_answer``, which the DRF views call too), the renderer, and the
+# exception handler for every refusal. DRF's request, negotiation and response
+# objects were most of what a lane call cost beyond its service (measured:
+# docs/decisions.md). A call they cannot answer exactly (an Idempotency-Key, a
+# query string, an Accept or Content-Type of its own) takes the middleware chain
+# above, as does every call once settings.MIDDLEWARE holds another API
+# middleware.
+
+Straight = Callable[[Principal, Any, str, dict[str, Any]], tuple[dict[str, Any], dict[str, str]]]
+
+STRAIGHT: dict[tuple[type[APIView], str], Straight] = {
+    (shard_views.ShardDetailView, "GET"): lambda who, data, prefer, kwargs: (
+        shard_views.shard_read_answer(who, kwargs["shard_id"]),
+        {},
+    ),
+    (shard_views.ShardCommitView, "POST"): lambda who, data, prefer, kwargs: (
+        shard_views.shard_commit_answer(who, kwargs["shard_id"], data, prefer=prefer)
+    ),
+}
+
+# The API middleware a straight call stands for, the rate limit's part called
+# from it; the Idempotency-Key one passes a call without the header through.
+STRAIGHT_MIDDLEWARE = [
+    "access.middleware.RateLimitMiddleware",
+    "coordination.idempotency.IdempotencyMiddleware",
+]
+
+_renderer = FastJSONRenderer()
+
+
+def straight_call(match: ResolverMatch, request: HttpRequest) -> Straight | None:
+    """The straight call for this request, or None when it takes the middleware chain."""
+    view_class = getattr(match.func, "view_class", None)
+    straight = STRAIGHT.get((view_class, request.method))  # type: ignore[arg-type]
+    if straight is None or lane_middleware() != STRAIGHT_MIDDLEWARE:
+        return None
+    meta = request.META
+    if (
+        "HTTP_IDEMPOTENCY_KEY" in meta
+        or meta.get("QUERY_STRING")
+        or meta.get("HTTP_ACCEPT", "").strip() not in (*ANYTHING, "application/json")
+        or not _json_or_empty(meta)
+    ):
+        return None
+    return straight
+
+
+def _json_or_empty(meta: dict[str, Any]) -> bool:
+    """A JSON body, or none: DRF parses anything else by its Content-Type (or
+    not at all), which a straight call does not attempt."""
+    content_type = meta.get("CONTENT_TYPE", "")
+    if content_type == "application/json":
+        return True
+    return not content_type and meta.get("CONTENT_LENGTH", "") in ("", "0")
+
+
+def _json_response(body: Any, status: int, headers: Any) -> HttpResponse:
+    response = HttpResponse(_renderer.render(body), status=status, content_type="application/json")
+    for name, value in headers:
+        response[name] = value
+    return response
+
+
+def straight_answer(match: ResolverMatch, request: HttpRequest, straight: Straight) -> HttpResponse:
+    """What the middleware chain and the view's DRF dispatch answer, made without them."""
+    state, counted = request_rate_hit(request)
+    if not state.allowed:
+        response: HttpResponse = rate_limited_response(state, counted)
+    else:
+        try:
+            try:
+                who = principal_admit(
+                    request_key(request),
+                    raw=request.META.get("HTTP_X_API_KEY", ""),
+                    agent_id=request_agent_id(request),
+                )
+                call_permitted(
+                    who,
+                    method=str(request.method),
+                    needed=match.func.view_class.required_permissions.get(request.method),  # type: ignore[attr-defined]
+                    shard_id=match.kwargs.get("shard_id"),
+                )
+                # Read as DRF reads it (the stream, not ``request.body``), an empty
+                # body being {} as DRF parses one.
+                body = request.read()
+                data = json_body_loads(body) if body else {}
+                answer, headers = straight(
+                    who, data, request.META.get("HTTP_PREFER", ""), match.kwargs
+                )
+                response = _json_response(answer, 200, headers.items())
+            except Exception as error:  # noqa: BLE001 -- the API's exception handler decides
+                refused = api_exception_handler(error, {})
+                if refused is None:
+                    raise
+                # Its own headers (WWW-Authenticate, Retry-After), not the
+                # Content-Type an unrendered Response carries.
+                kept = [(k, v) for k, v in refused.items() if k.lower() != "content-type"]
+                response = _json_response(refused.data, refused.status_code, kept)
+        except Exception:
+            logger.exception("Unhandled error on %s %s", request.method, request.path)
+            response = JsonResponse(internal_error().envelope(), status=500)
+    for name, value in state.headers().items():
+        response[name] = value
+    return response
+
+
 def direct_answer(match: ResolverMatch, environ: dict[str, Any]) -> HttpResponse | None:
     """The answer the full application would give, or None (nothing read,
     nothing done) for a Host outside ALLOWED_HOSTS, which the full application
@@ -137,7 +263,11 @@ def direct_answer(match: ResolverMatch, environ: dict[str, Any]) -> HttpResponse
     # request: a connection past its age or broken is closed, not reused.
     close_old_connections()
     try:
-        response = _api_middleware(request)
+        straight = straight_call(match, request)
+        if straight is not None:
+            response = straight_answer(match, request, straight)
+        else:
+            response = _api_middleware(request)
     finally:
         close_old_connections()
     if response.status_code >= 400:  # the warning Django's handler logs for these

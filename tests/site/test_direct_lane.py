@@ -29,6 +29,7 @@ VOLATILE = re.compile(
 )
 # What a client of the socket or /mcp reads besides the body.
 SHOWN = (
+    "content-type",
     "preference-applied",
     "retry-after",
     "x-ratelimit-limit",
@@ -170,6 +171,9 @@ def _script(ns: str) -> list[tuple[str, str, Any, dict[str, str], str]]:
             "all",
         ),
         ("POST", f"/api/shards/{ns}log/commit", {"set": 1}, {}, "all"),
+        ("POST", f"/api/shards/{ns}log/commit", [1, 2], {}, "all"),
+        ("POST", f"/api/shards/{ns}log/commit", {"append": ["c"]}, {}, "badagent"),
+        ("GET", f"/api/shards/{ns}c", None, {}, "badagent"),
         (
             "POST",
             f"/api/shards/{ns}q/claim",
@@ -217,6 +221,7 @@ def test_hot_calls_answer_in_the_lane_exactly_as_the_full_application_does(monke
         "reader": api_key_create(name="reader", permissions=["shard:read"])[1],
         "anonymous": api_key_create(name="anonymous", permissions=["admin"])[1],
     }
+    keys["badagent"] = keys["all"]
     revoked, keys["revoked"] = api_key_create(name="revoked", permissions=["admin"])
     api_key_revoke(key=revoked, revoked_by="admin")
     full_app, lane_app = Recording(), Recording()
@@ -230,6 +235,8 @@ def test_hot_calls_answer_in_the_lane_exactly_as_the_full_application_does(monke
         with monkeypatch.context() as patch:
             if name == "full":
                 patch.setattr(direct, "direct_view", lambda environ: None)
+            else:
+                patch.setattr(direct, "straight_answer", counted(direct.straight_answer))
             answers[name] = []
             lease = ""  # the last lease granted, for the calls on it
             for method, path, body, extra, who in _script(ns):
@@ -239,7 +246,7 @@ def test_hot_calls_answer_in_the_lane_exactly_as_the_full_application_does(monke
                     path.replace("{lease}", lease),
                     body,
                     raw=keys[who],
-                    agent="" if who == "anonymous" else "alice",
+                    agent={"anonymous": "", "badagent": "not an agent id!"}.get(who, "alice"),
                     extra=extra,
                 )
                 if path == "/api/leases" and answer[0] == 201:
@@ -259,6 +266,31 @@ def test_hot_calls_answer_in_the_lane_exactly_as_the_full_application_does(monke
     # host outside ALLOWED_HOSTS reached Django.
     assert lane_app.paths == ["/api/shards"] * 3 + ["/api/shards/l.c"]
     assert len(full_app.paths) == len(_script("f."))  # and the other run took none
+    # Reads and commits without an Idempotency-Key went straight to their view's
+    # answer, past DRF's dispatch; the rest took the lane's middleware chain.
+    straight = [
+        (method, path)
+        for method, path, _, extra, _ in _script("l.")
+        if re.fullmatch(r"/api/shards/l\.[a-z]+(/commit)?", path)
+        and "Idempotency-Key" not in extra
+        and "Host" not in extra
+    ]
+    assert counted.calls == [(method, path) for method, path in straight]
+    assert len(straight) == 18
+
+
+class counted:  # noqa: N801 -- used as a decorator
+    """Records which calls took the lane's straight path."""
+
+    calls: list[tuple[str, str]] = []
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        counted.calls.clear()
+
+    def __call__(self, match: Any, request: Any, straight: Any) -> Any:
+        counted.calls.append((request.method, request.path))
+        return self.answer(match, request, straight)
 
 
 def test_the_lane_runs_every_middleware_of_the_api_and_passes_over_only_the_pages():
