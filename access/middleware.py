@@ -21,9 +21,14 @@ from common.paths import is_api_path
 
 def rate_limited_response(state: RateState, who: str) -> JsonResponse:
     response = JsonResponse(rate_limited_error(state, who).envelope(), status=429)
+    rate_headers_set(response, state)
+    return response
+
+
+def rate_headers_set(response: HttpResponse, state: RateState) -> None:
+    """The X-RateLimit-* headers every API answer carries."""
     for name, value in state.headers().items():
         response[name] = value
-    return response
 
 
 def request_rate_hit(request: HttpRequest) -> tuple[RateState, str]:
@@ -47,6 +52,5 @@ class RateLimitMiddleware:
         if not state.allowed:
             return rate_limited_response(state, who)
         response = self.get_response(request)
-        for name, value in state.headers().items():
-            response[name] = value
+        rate_headers_set(response, state)
         return response

@@ -257,27 +257,23 @@ class Call:
     def request(
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
     ) -> Answer | None:
-        start = time.perf_counter()
-        try:
-            answer = self.client.request(method, path, body, headers)
-        except TRANSPORT_ERRORS as exc:
-            self.tally.latencies.append(time.perf_counter() - start)
-            self.tally.error(f"{method} {path}: {type(exc).__name__}: {exc}")
-            time.sleep(0.05)  # don't spin on a server that is gone
-            return None
-        self.tally.latencies.append(time.perf_counter() - start)
-        return answer
+        return self._timed(
+            f"{method} {path}", lambda: self.client.request(method, path, body, headers)
+        )
 
     def ping(self) -> Answer | None:
         """A timed ping frame (SocketClient only)."""
         assert isinstance(self.client, SocketClient)
+        return self._timed("ping", self.client.ping)
+
+    def _timed(self, what: str, send: Callable[[], Answer]) -> Answer | None:
         start = time.perf_counter()
         try:
-            answer = self.client.ping()
+            answer = send()
         except TRANSPORT_ERRORS as exc:
             self.tally.latencies.append(time.perf_counter() - start)
-            self.tally.error(f"ping: {type(exc).__name__}: {exc}")
-            time.sleep(0.05)
+            self.tally.error(f"{what}: {type(exc).__name__}: {exc}")
+            time.sleep(0.05)  # don't spin on a server that is gone
             return None
         self.tally.latencies.append(time.perf_counter() - start)
         return answer

@@ -47,7 +47,7 @@ from django.utils.module_loading import import_string
 from rest_framework.views import APIView
 
 from access.auth import Principal, call_permitted, principal_admit, request_agent_id, request_key
-from access.middleware import rate_limited_response, request_rate_hit
+from access.middleware import rate_headers_set, rate_limited_response, request_rate_hit
 from common.api import ANYTHING
 from common.errors import internal_error
 from common.inputs import json_body_loads
@@ -96,8 +96,13 @@ def _view(request: HttpRequest) -> HttpResponse:
             response.render()  # DRF's Response: its bytes, by its negotiated renderer
         return response
     except Exception:
-        logger.exception("Unhandled error on %s %s", request.method, request.path)
-        return JsonResponse(internal_error().envelope(), status=500)
+        return _unhandled(request)
+
+
+def _unhandled(request: HttpRequest) -> HttpResponse:
+    """The 500 for an error that escaped (called in its ``except``: logged with it)."""
+    logger.exception("Unhandled error on %s %s", request.method, request.path)
+    return JsonResponse(internal_error().envelope(), status=500)
 
 
 # The envelope middleware's work is done by _view (its 500) and by DRF (every
@@ -170,6 +175,10 @@ STRAIGHT_MIDDLEWARE = [
     "coordination.idempotency.IdempotencyMiddleware",
 ]
 
+# Decided once, as the chain above is built once: a straight call stands for the
+# lane's middleware only while that is all of it.
+_STRAIGHT_STANDS_FOR_LANE = lane_middleware() == STRAIGHT_MIDDLEWARE
+_JSON_ACCEPTED = (*ANYTHING, "application/json")
 _renderer = FastJSONRenderer()
 
 
@@ -177,13 +186,13 @@ def straight_call(match: ResolverMatch, request: HttpRequest) -> Straight | None
     """The straight call for this request, or None when it takes the middleware chain."""
     view_class = getattr(match.func, "view_class", None)
     straight = STRAIGHT.get((view_class, request.method))  # type: ignore[arg-type]
-    if straight is None or lane_middleware() != STRAIGHT_MIDDLEWARE:
+    if straight is None or not _STRAIGHT_STANDS_FOR_LANE:
         return None
     meta = request.META
     if (
         "HTTP_IDEMPOTENCY_KEY" in meta
         or meta.get("QUERY_STRING")
-        or meta.get("HTTP_ACCEPT", "").strip() not in (*ANYTHING, "application/json")
+        or meta.get("HTTP_ACCEPT", "").strip() not in _JSON_ACCEPTED
         or not _json_or_empty(meta)
     ):
         return None
@@ -210,43 +219,43 @@ def straight_answer(match: ResolverMatch, request: HttpRequest, straight: Straig
     """What the middleware chain and the view's DRF dispatch answer, made without them."""
     state, counted = request_rate_hit(request)
     if not state.allowed:
-        response: HttpResponse = rate_limited_response(state, counted)
-    else:
-        try:
-            try:
-                who = principal_admit(
-                    request_key(request),
-                    raw=request.META.get("HTTP_X_API_KEY", ""),
-                    agent_id=request_agent_id(request),
-                )
-                call_permitted(
-                    who,
-                    method=str(request.method),
-                    needed=match.func.view_class.required_permissions.get(request.method),  # type: ignore[attr-defined]
-                    shard_id=match.kwargs.get("shard_id"),
-                )
-                # Read as DRF reads it (the stream, not ``request.body``), an empty
-                # body being {} as DRF parses one.
-                body = request.read()
-                data = json_body_loads(body) if body else {}
-                answer, headers = straight(
-                    who, data, request.META.get("HTTP_PREFER", ""), match.kwargs
-                )
-                response = _json_response(answer, 200, headers.items())
-            except Exception as error:  # noqa: BLE001 -- the API's exception handler decides
-                refused = api_exception_handler(error, {})
-                if refused is None:
-                    raise
-                # Its own headers (WWW-Authenticate, Retry-After), not the
-                # Content-Type an unrendered Response carries.
-                kept = [(k, v) for k, v in refused.items() if k.lower() != "content-type"]
-                response = _json_response(refused.data, refused.status_code, kept)
-        except Exception:
-            logger.exception("Unhandled error on %s %s", request.method, request.path)
-            response = JsonResponse(internal_error().envelope(), status=500)
-    for name, value in state.headers().items():
-        response[name] = value
+        return rate_limited_response(state, counted)
+    try:
+        answer, headers = _straight_run(match, request, straight)
+        response = _json_response(answer, 200, headers.items())
+    except Exception as error:  # noqa: BLE001 -- the API's exception handler decides
+        refused = api_exception_handler(error, {})
+        if refused is None:
+            response = _unhandled(request)
+        else:
+            # Its own headers (WWW-Authenticate, Retry-After), not the
+            # Content-Type an unrendered Response carries.
+            kept = [(k, v) for k, v in refused.items() if k.lower() != "content-type"]
+            response = _json_response(refused.data, refused.status_code, kept)
+    rate_headers_set(response, state)
     return response
+
+
+def _straight_run(
+    match: ResolverMatch, request: HttpRequest, straight: Straight
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """DRF's dispatch for a straight call: authentication, permissions, the body, the view."""
+    who = principal_admit(
+        request_key(request),
+        raw=request.META.get("HTTP_X_API_KEY", ""),
+        agent_id=request_agent_id(request),
+    )
+    call_permitted(
+        who,
+        method=str(request.method),
+        needed=match.func.view_class.required_permissions.get(request.method),  # type: ignore[attr-defined]
+        shard_id=match.kwargs.get("shard_id"),
+    )
+    # Read as DRF reads it (the stream, not ``request.body``), an empty body
+    # being {} as DRF parses one.
+    body = request.read()
+    data = json_body_loads(body) if body else {}
+    return straight(who, data, request.META.get("HTTP_PREFER", ""), match.kwargs)
 
 
 def direct_answer(match: ResolverMatch, environ: dict[str, Any]) -> HttpResponse | None:
