@@ -33,8 +33,25 @@ def _fields(model: type[models.Model], names: tuple[str, ...]) -> list[models.Fi
     return [model._meta.get_field(name) for name in names]  # type: ignore[misc]
 
 
-def _where(model: type[models.Model], names: tuple[str, ...]) -> str:
-    return " AND ".join(f"{_qn(f.column)} = %s" for f in _fields(model, names))
+def _where(
+    model: type[models.Model], names: tuple[str, ...], nulls: frozenset[str] = frozenset()
+) -> str:
+    """Column equality, or ``IS NULL`` for the ``nulls`` (a None in ``where``, as
+    the ORM's ``filter(column=None)``): those take no parameter."""
+    return " AND ".join(
+        f"{_qn(f.column)} IS NULL" if name in nulls else f"{_qn(f.column)} = %s"
+        for name, f in zip(names, _fields(model, names), strict=True)
+    )
+
+
+def _where_params(
+    model: type[models.Model], where: dict[str, Any]
+) -> tuple[frozenset[str], list[Any]]:
+    """The ``IS NULL`` columns of ``where``, and the parameters of the others."""
+    nulls = frozenset(name for name, value in where.items() if value is None)
+    if not nulls:
+        return nulls, _params(model, where)
+    return nulls, _params(model, {k: v for k, v in where.items() if k not in nulls})
 
 
 @functools.cache
@@ -111,6 +128,7 @@ def _update(
     columns: tuple[str, ...],
     bump: str,
     where: tuple[str, ...],
+    nulls: frozenset[str],
 ) -> str:
     sets = [f"{_qn(f.column)} = %s" for f in _fields(model, columns)]
     if bump:
@@ -119,7 +137,7 @@ def _update(
         column = _qn(model._meta.get_field(bump).column)  # type: ignore[union-attr]
         sets.append(f"{column} = {column} + 1")
     return "UPDATE {} SET {} WHERE {}".format(
-        _qn(model._meta.db_table), ", ".join(sets), _where(model, where)
+        _qn(model._meta.db_table), ", ".join(sets), _where(model, where, nulls)
     )
 
 
@@ -127,24 +145,37 @@ def update_where(
     model: type[models.Model], values: dict[str, Any], *, bump: str = "", **where: Any
 ) -> int:
     """``UPDATE ... SET values WHERE where``; ``bump`` names an integer column
-    the database adds one to (a version counter the ``where`` checks).
-    Returns the number of rows changed."""
-    sql = _update(model, connection.vendor, tuple(values), bump, tuple(where))
+    the database adds one to (a version counter the ``where`` checks); a None in
+    ``where`` is ``IS NULL``. Returns the number of rows changed."""
+    nulls, where_params = _where_params(model, where)
+    sql = _update(model, connection.vendor, tuple(values), bump, tuple(where), nulls)
     with connection.cursor() as cursor:
-        cursor.execute(sql, _params(model, values) + _params(model, where))
+        cursor.execute(sql, _params(model, values) + where_params)
         return cursor.rowcount
 
 
 @functools.cache
-def _insert(model: type[models.Model], vendor: str, columns: tuple[str, ...]) -> tuple[str, bool]:
+def _insert(
+    model: type[models.Model],
+    vendor: str,
+    columns: tuple[str, ...],
+    unless: tuple[str, ...] = (),
+) -> tuple[str, bool]:
     """The INSERT, and whether it returns the primary key the database chose."""
     fields = _fields(model, columns)
     pk = model._meta.pk
     returns = pk is not None and pk.attname not in columns
-    return "INSERT INTO {} ({}) VALUES ({}){}".format(
+    conflict = ""
+    if unless:
+        # Both SQLite (3.24+) and PostgreSQL spell it so; RETURNING then gives no row.
+        conflict = " ON CONFLICT ({}) DO NOTHING".format(
+            ", ".join(_qn(f.column) for f in _fields(model, unless))
+        )
+    return "INSERT INTO {} ({}) VALUES ({}){}{}".format(
         _qn(model._meta.db_table),
         ", ".join(_qn(f.column) for f in fields),
         ", ".join(["%s"] * len(fields)),
+        conflict,
         f" RETURNING {_qn(pk.column)}" if returns else "",
     ), returns
 
@@ -155,6 +186,18 @@ def insert(model: type[models.Model], values: dict[str, Any]) -> Any:
     with connection.cursor() as cursor:
         cursor.execute(sql, _params(model, values))
         return cursor.fetchone()[0] if returns else None
+
+
+def insert_unless(model: type[models.Model], values: dict[str, Any], unique: Sequence[str]) -> Any:
+    """Inserts one row unless a row with the same ``unique`` columns (a unique
+    constraint's) is there: its new primary key, or None when nothing was
+    inserted. No IntegrityError, so no savepoint is needed around it on PostgreSQL."""
+    sql, returns = _insert(model, connection.vendor, tuple(values), tuple(unique))
+    assert returns, "insert_unless tells what happened by the primary key it returns"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, _params(model, values))
+        row = cursor.fetchone()
+        return None if row is None else row[0]
 
 
 def insert_many(model: type[models.Model], rows: Sequence[dict[str, Any]]) -> None:

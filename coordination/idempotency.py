@@ -29,16 +29,17 @@ import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
 from access.auth import request_principal
 from access.identity import Principal
+from common import hotsql
 from common.applied import applied_marking
 from common.db import sqlite_writer_queue
 from common.errors import ApiError, ErrorCode, envelope
@@ -74,7 +75,9 @@ def applied_fence(record_id: int, holder: str) -> Callable[[], None]:
     and the write that asked rolls back rather than apply a second time."""
 
     def mark() -> None:
-        if not IdempotencyRecord.objects.filter(pk=record_id, holder=holder).update(applied=True):
+        if not hotsql.update_where(
+            IdempotencyRecord, {"applied": True}, id=record_id, holder=holder
+        ):
             raise ApiError(
                 ErrorCode.IDEMPOTENCY_IN_PROGRESS,
                 "A retry with this Idempotency-Key took it over; this copy applied nothing.",
@@ -104,91 +107,146 @@ class Reserved:
     holder: str
 
 
+def idempotent_answer(
+    request: HttpRequest, answer: Callable[[HttpRequest], HttpResponse]
+) -> HttpResponse:
+    """``answer(request)`` under the request's Idempotency-Key: reserved before,
+    stored after, or the stored answer replayed instead. A request that is not a
+    write to the API, or carries no key, is simply answered. The one rule for
+    every way a call arrives: the middleware (HTTP) and the direct lane's
+    straight calls (zerolock_site.direct)."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None or request.method not in WRITE_METHODS or not is_api_path(request.path):
+        return answer(request)
+    if not key or len(key) > MAX_KEY:
+        return _error(
+            ErrorCode.VALIDATION_ERROR, f"Idempotency-Key must be 1-{MAX_KEY} characters."
+        )
+    who = request_principal(request)
+    if who is None:
+        return answer(request)  # DRF answers 401 or 403; nothing stored
+    scope = record_scope(who)
+    digest = hashlib.sha256(
+        b"\n".join([request.method.encode(), request.get_full_path().encode(), request.body])
+    ).hexdigest()
+    reserved = idempotency_reserve(scope, key, digest)
+    if isinstance(reserved, HttpResponse):
+        return reserved
+    with applied_marking(applied_fence(reserved.record_id, reserved.holder)):
+        response = answer(request)
+    idempotency_store(reserved, response)
+    return response
+
+
 class IdempotencyMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        key = request.headers.get("Idempotency-Key")
-        if key is None or request.method not in WRITE_METHODS or not is_api_path(request.path):
-            return self.get_response(request)
-        if not key or len(key) > MAX_KEY:
-            return _error(
-                ErrorCode.VALIDATION_ERROR, f"Idempotency-Key must be 1-{MAX_KEY} characters."
-            )
-        who = request_principal(request)
-        if who is None:
-            return self.get_response(request)  # DRF answers 401 or 403; nothing stored
-        scope = record_scope(who)
-        digest = hashlib.sha256(
-            b"\n".join([request.method.encode(), request.get_full_path().encode(), request.body])
-        ).hexdigest()
-        reserved = self._reserve(scope, key, digest)
-        if isinstance(reserved, HttpResponse):
-            return reserved
-        with applied_marking(applied_fence(reserved.record_id, reserved.holder)):
-            response = self.get_response(request)
-        self._store(reserved, response)
-        return response
+        return idempotent_answer(request, self.get_response)
 
-    def _reserve(self, scope: str, key: str, digest: str) -> Reserved | HttpResponse:
-        holder = secrets.token_hex(16)
-        now = timezone.now()
-        with sqlite_writer_queue(), transaction.atomic():
-            IdempotencyRecord.objects.filter(
-                scope=scope, key=key, created_at__lt=now - TTL
-            ).delete()
-            try:
-                with transaction.atomic():
-                    record = IdempotencyRecord.objects.create(
-                        scope=scope, key=key, request_hash=digest, holder=holder
-                    )
-                    return Reserved(record.pk, holder)
-            except IntegrityError:
-                record = IdempotencyRecord.objects.get(scope=scope, key=key)
-            if record.request_hash != digest:
-                return _error(
-                    ErrorCode.IDEMPOTENCY_KEY_REUSED,
-                    "This Idempotency-Key was used with a different request.",
-                )
-            if record.status is None and record.reserved_at <= now - takeover_after():
-                # Held this long: its holder is most likely gone (killed between
-                # its write and its answer). Each update is conditional on the
-                # holder read here, so of two retries one takes it.
-                mine = IdempotencyRecord.objects.filter(
-                    pk=record.pk, holder=record.holder, status__isnull=True
-                )
-                if not record.applied and mine.update(holder=holder, reserved_at=now):
-                    return Reserved(record.pk, holder)
-                if record.applied:
-                    _answer_lost(mine, "the server stopped before its answer was stored")
-                record.refresh_from_db()
-        if record.status is None:
+
+def idempotency_reserve(scope: str, key: str, digest: str) -> Reserved | HttpResponse:
+    """The key reserved for this request, or the answer a copy of it gets instead
+    (the stored answer, in progress, reused with another request)."""
+    holder = secrets.token_hex(16)
+    now = timezone.now()
+    with sqlite_writer_queue():
+        # A new key, the usual case, is one statement, its own transaction (no
+        # savepoint, no exception); a record already there is read and decided
+        # in a transaction of its own below.
+        made = _record_made(scope, key, digest, holder, now)
+        if made is not None:
+            return Reserved(made, holder)
+        return _record_decided(scope, key, digest, holder, now)
+
+
+def _record_decided(
+    scope: str, key: str, digest: str, holder: str, now: datetime
+) -> Reserved | HttpResponse:
+    """For a key that has a record: reserved afresh (past its day, or taken over
+    from a holder gone quiet), or what the copy is told (reused with another
+    request, still in progress, or the stored answer)."""
+    with transaction.atomic():
+        record = IdempotencyRecord.objects.get(scope=scope, key=key)
+        if record.created_at < now - TTL:  # kept past its day: the key is free again
+            record.delete()
+            made = _record_made(scope, key, digest, holder, now)
+            assert made is not None  # the writer's lock is held: nobody took it since
+            return Reserved(made, holder)
+        if record.request_hash != digest:
             return _error(
-                ErrorCode.IDEMPOTENCY_IN_PROGRESS,
-                "The first request with this Idempotency-Key is still running; retry shortly.",
+                ErrorCode.IDEMPOTENCY_KEY_REUSED,
+                "This Idempotency-Key was used with a different request.",
             )
-        replay = HttpResponse(
-            bytes(record.body or b""), status=record.status, content_type=record.content_type
+        if record.status is None and record.reserved_at <= now - takeover_after():
+            # Held this long: its holder is most likely gone (killed between
+            # its write and its answer). Each update is conditional on the
+            # holder read here, so of two retries one takes it.
+            mine = IdempotencyRecord.objects.filter(
+                pk=record.pk, holder=record.holder, status__isnull=True
+            )
+            if not record.applied and mine.update(holder=holder, reserved_at=now):
+                return Reserved(record.pk, holder)
+            if record.applied:
+                _answer_lost(mine, "the server stopped before its answer was stored")
+            record.refresh_from_db()
+    if record.status is None:
+        return _error(
+            ErrorCode.IDEMPOTENCY_IN_PROGRESS,
+            "The first request with this Idempotency-Key is still running; retry shortly.",
         )
-        replay["Idempotent-Replayed"] = "true"
-        return replay
+    replay = HttpResponse(
+        bytes(record.body or b""), status=record.status, content_type=record.content_type
+    )
+    replay["Idempotent-Replayed"] = "true"
+    return replay
 
-    def _store(self, reserved: Reserved, response: HttpResponse) -> None:
-        """The answer, kept for retries; only while this request still holds the
-        key (a retry that took it over owns it now)."""
+
+def idempotency_store(reserved: Reserved, response: HttpResponse) -> None:
+    """The answer, kept for retries; only while this request still holds the
+    key (a retry that took it over owns it now)."""
+    if response.status_code >= 500 or response.status_code == 429:
         with sqlite_writer_queue(), transaction.atomic():
             records = IdempotencyRecord.objects.filter(
                 pk=reserved.record_id, holder=reserved.holder, status__isnull=True
             )
-            if response.status_code >= 500 or response.status_code == 429:
-                # Not an answer worth replaying: let the retry run, unless the
-                # write went in before the failure (a retry would apply it twice).
-                if not records.filter(applied=False).delete()[0]:
-                    _answer_lost(records, "its answer failed")
-                return
-            records.update(
-                status=response.status_code,
-                body=response.content,
-                content_type=response.get("Content-Type", "application/json"),
-            )
+            # Not an answer worth replaying: let the retry run, unless the
+            # write went in before the failure (a retry would apply it twice).
+            if not records.filter(applied=False).delete()[0]:
+                _answer_lost(records, "its answer failed")
+        return
+    with sqlite_writer_queue():  # one statement: its own transaction
+        hotsql.update_where(
+            IdempotencyRecord,
+            {
+                "status": response.status_code,
+                "body": response.content,
+                "content_type": response.get("Content-Type", "application/json"),
+            },
+            id=reserved.record_id,
+            holder=reserved.holder,
+            status=None,
+        )
+
+
+def _record_made(scope: str, key: str, digest: str, holder: str, now: datetime) -> int | None:
+    """A new record for the key, reserved by ``holder``: its id, or None when the
+    key has a record already."""
+    made: int | None = hotsql.insert_unless(
+        IdempotencyRecord,
+        {
+            "scope": scope,
+            "key": key,
+            "request_hash": digest,
+            "status": None,
+            "body": None,
+            "content_type": "",
+            "created_at": now,
+            "holder": holder,
+            "reserved_at": now,
+            "applied": False,
+        },
+        unique=("scope", "key"),
+    )
+    return made

@@ -32,6 +32,7 @@ endpoint to HTTP's."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -53,6 +54,7 @@ from common.errors import internal_error
 from common.inputs import json_body_loads
 from common.renderers import FastJSONRenderer
 from coordination import views as coordination_views
+from coordination.idempotency import idempotent_answer
 from shards import views as shard_views
 from zerolock_site.http_errors import api_exception_handler
 
@@ -149,12 +151,13 @@ _api_middleware = _chain(_view)
 # ``required_permissions``), the body's parser (``json_body_loads``, as
 # SafeJSONParser), the view's body (``shard_read_answer``,
 # ``shard_commit_answer``, which the DRF views call too), the renderer, and the
-# exception handler for every refusal. DRF's request, negotiation and response
-# objects were most of what a lane call cost beyond its service (measured:
-# docs/decisions.md). A call they cannot answer exactly (an Idempotency-Key, a
-# query string, an Accept or Content-Type of its own) takes the middleware chain
-# above, as does every call once settings.MIDDLEWARE holds another API
-# middleware.
+# exception handler for every refusal; around them, a write's Idempotency-Key
+# (``idempotent_answer``, as IdempotencyMiddleware: the SDK sends one on every
+# write). DRF's request, negotiation and response objects were most of what a
+# lane call cost beyond its service (measured: docs/decisions.md). A call they
+# cannot answer exactly (a query string, an Accept or Content-Type of its own)
+# takes the middleware chain above, as does every call once settings.MIDDLEWARE
+# holds another API middleware.
 
 Straight = Callable[[Principal, Any, str, dict[str, Any]], tuple[dict[str, Any], dict[str, str]]]
 
@@ -168,8 +171,7 @@ STRAIGHT: dict[tuple[type[APIView], str], Straight] = {
     ),
 }
 
-# The API middleware a straight call stands for, the rate limit's part called
-# from it; the Idempotency-Key one passes a call without the header through.
+# The API middleware a straight call stands for, each one's body called from it.
 STRAIGHT_MIDDLEWARE = [
     "access.middleware.RateLimitMiddleware",
     "coordination.idempotency.IdempotencyMiddleware",
@@ -190,8 +192,7 @@ def straight_call(match: ResolverMatch, request: HttpRequest) -> Straight | None
         return None
     meta = request.META
     if (
-        "HTTP_IDEMPOTENCY_KEY" in meta
-        or meta.get("QUERY_STRING")
+        meta.get("QUERY_STRING")
         or meta.get("HTTP_ACCEPT", "").strip() not in _JSON_ACCEPTED
         or not _json_or_empty(meta)
     ):
@@ -220,20 +221,26 @@ def straight_answer(match: ResolverMatch, request: HttpRequest, straight: Straig
     state, counted = request_rate_hit(request)
     if not state.allowed:
         return rate_limited_response(state, counted)
+    response = idempotent_answer(request, functools.partial(_straight_response, match, straight))
+    rate_headers_set(response, state)
+    return response
+
+
+def _straight_response(
+    match: ResolverMatch, straight: Straight, request: HttpRequest
+) -> HttpResponse:
+    """The view's answer, or its refusal, as DRF's dispatch would render it."""
     try:
         answer, headers = _straight_run(match, request, straight)
-        response = _json_response(answer, 200, headers.items())
+        return _json_response(answer, 200, headers.items())
     except Exception as error:  # noqa: BLE001 -- the API's exception handler decides
         refused = api_exception_handler(error, {})
         if refused is None:
-            response = _unhandled(request)
-        else:
-            # Its own headers (WWW-Authenticate, Retry-After), not the
-            # Content-Type an unrendered Response carries.
-            kept = [(k, v) for k, v in refused.items() if k.lower() != "content-type"]
-            response = _json_response(refused.data, refused.status_code, kept)
-    rate_headers_set(response, state)
-    return response
+            return _unhandled(request)
+        # Its own headers (WWW-Authenticate, Retry-After), not the Content-Type
+        # an unrendered Response carries.
+        kept = [(k, v) for k, v in refused.items() if k.lower() != "content-type"]
+        return _json_response(refused.data, refused.status_code, kept)
 
 
 def _straight_run(

@@ -20,7 +20,12 @@ from access.services import api_key_create, api_key_revoke
 from audit.models import AuditEntry
 from common.applied import applied_marking
 from common.errors import ApiError
-from coordination.idempotency import IdempotencyMiddleware, Reserved, applied_fence
+from coordination.idempotency import (
+    Reserved,
+    applied_fence,
+    idempotency_reserve,
+    idempotency_store,
+)
 from coordination.models import IdempotencyRecord
 from shards.models import Shard
 from shards.services import shard_commit, shard_create
@@ -143,7 +148,7 @@ def test_another_agent_of_the_same_key_with_the_same_idempotency_key_is_its_own_
 
 # --- a key whose holder died: taken over, and fenced --------------------------------
 # What a server killed between its write and its answer leaves is a reservation
-# (``_reserve``) whose answer is never stored (``_store``); these tests make that
+# (``idempotency_reserve``) whose answer is never stored (``idempotency_store``); these tests make that
 # state with the middleware's own steps, on the real database and the real write
 # path (group commit's leader included: transaction=True).
 
@@ -151,7 +156,7 @@ SCOPE, DIGEST = "s" * 64, "d" * 64
 
 
 def _reserve(key: str):
-    return IdempotencyMiddleware(lambda request: HttpResponse())._reserve(SCOPE, key, DIGEST)
+    return idempotency_reserve(SCOPE, key, DIGEST)
 
 
 def _commit_under(reserved, *, version: int, value: int):
@@ -260,12 +265,11 @@ def test_a_retry_of_a_write_that_went_in_but_lost_its_answer_is_told_so_and_not_
 def test_a_5xx_after_the_write_went_in_is_kept_as_answer_lost_but_one_before_it_lets_the_retry_run(
     ledger,
 ):
-    middleware = IdempotencyMiddleware(lambda request: HttpResponse())
     applied = _reserve("pay-3")
     _commit_under(applied, version=1, value=1)
-    middleware._store(applied, HttpResponse(status=500))
+    idempotency_store(applied, HttpResponse(status=500))
     assert _code(_reserve("pay-3")) == (409, "IDEMPOTENCY_ANSWER_LOST")
 
     nothing = _reserve("pay-4")
-    middleware._store(nothing, HttpResponse(status=503))
+    idempotency_store(nothing, HttpResponse(status=503))
     assert isinstance(_reserve("pay-4"), Reserved)  # reserved afresh: the retry runs

@@ -170,6 +170,57 @@ def _script(ns: str) -> list[tuple[str, str, Any, dict[str, str], str]]:
             {"Prefer": "return=minimal"},
             "all",
         ),
+        # A decision commit with a key, its replay, a key too long, and a key on
+        # a refused call (nothing kept: the retry is refused again, not replayed).
+        (
+            "POST",
+            f"/api/shards/{ns}c/commit",
+            {"expected_version": 3, "new_value": 5},
+            {"Idempotency-Key": f"{ns}k2"},
+            "all",
+        ),
+        (
+            "POST",
+            f"/api/shards/{ns}c/commit",
+            {"expected_version": 3, "new_value": 5},
+            {"Idempotency-Key": f"{ns}k2"},
+            "all",
+        ),
+        (
+            "POST",
+            f"/api/shards/{ns}c/commit",
+            {"expected_version": 4, "new_value": 6},
+            {"Idempotency-Key": "k" * 256},
+            "all",
+        ),
+        (
+            "POST",
+            f"/api/shards/{ns}c/commit",
+            {"expected_version": 4, "new_value": 6},
+            {"Idempotency-Key": f"{ns}k3"},
+            "anonymous",
+        ),
+        (
+            "POST",
+            f"/api/shards/{ns}c/commit",
+            {"expected_version": 4, "new_value": 6},
+            {"Idempotency-Key": f"{ns}k3"},
+            "reader",
+        ),
+        (
+            "POST",
+            f"/api/shards/{ns}c/commit",
+            {"expected_version": 1, "new_value": 6},
+            {"Idempotency-Key": f"{ns}k4"},
+            "all",
+        ),
+        (
+            "POST",
+            f"/api/shards/{ns}c/commit",
+            {"expected_version": 1, "new_value": 6},
+            {"Idempotency-Key": f"{ns}k4"},
+            "all",
+        ),
         ("POST", f"/api/shards/{ns}log/commit", {"set": 1}, {}, "all"),
         ("POST", f"/api/shards/{ns}log/commit", [1, 2], {}, "all"),
         ("POST", f"/api/shards/{ns}log/commit", {"append": ["c"]}, {}, "badagent"),
@@ -267,17 +318,16 @@ def test_hot_calls_answer_in_the_lane_exactly_as_the_full_application_does(monke
     # host outside ALLOWED_HOSTS reached Django.
     assert lane_app.paths == ["/api/shards"] * 3 + ["/api/shards/l.c"]
     assert len(full_app.paths) == len(_script("f."))  # and the other run took none
-    # Reads and commits without an Idempotency-Key went straight to their view's
-    # answer, past DRF's dispatch; the rest took the lane's middleware chain.
+    # Reads and commits, with an Idempotency-Key or without, went straight to
+    # their view's answer, past DRF's dispatch; the rest took the lane's
+    # middleware chain.
     straight = [
         (method, path)
         for method, path, _, extra, _ in _script("l.")
-        if re.fullmatch(r"/api/shards/l\.[a-z]+(/commit)?", path)
-        and "Idempotency-Key" not in extra
-        and "Host" not in extra
+        if re.fullmatch(r"/api/shards/l\.[a-z]+(/commit)?", path) and "Host" not in extra
     ]
     assert went == straight
-    assert len(straight) == 18
+    assert len(straight) == 28
 
 
 def recorded(answer: Any, went: list[tuple[str, str]]) -> Any:
