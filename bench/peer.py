@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -433,10 +434,23 @@ class ZeroLock:
     name = "ZeroLock"
 
     def __init__(
-        self, url: str, pid: int, api_key: str, client_kind: str, transport: str = "http"
+        self,
+        url: str,
+        pid: int,
+        api_key: str,
+        client_kind: str,
+        transport: str = "http",
+        keyed: bool = False,
     ) -> None:
         self.url, self.pid, self.api_key, self.client_kind = url, pid, api_key, client_kind
-        self.transport = transport
+        self.transport, self.keyed = transport, keyed
+
+    def write_headers(self) -> dict[str, str]:
+        """A timed write's headers: the minimal answer, and with --idempotency-keys
+        a fresh Idempotency-Key, as the SDK sends on every write."""
+        if not self.keyed:
+            return MINIMAL
+        return {**MINIMAL, "Idempotency-Key": uuid.uuid4().hex}
 
     def client(self, agent: str) -> Client | SocketClient:
         headers = {"X-API-Key": self.api_key, "X-Agent-Id": agent}
@@ -464,7 +478,7 @@ class ZeroLock:
 
     def write(self, call: Call, key: str, version: int, value: int) -> tuple[bool, int] | None:
         body = {"expected_version": version, "new_value": value}
-        r = call.request("POST", f"/api/shards/{key}/commit", body, MINIMAL)
+        r = call.request("POST", f"/api/shards/{key}/commit", body, self.write_headers())
         if r is None:
             return None
         if r.status_code == 200:
@@ -505,7 +519,7 @@ class ZeroLock:
             ],
             "failure": [],
         }
-        r = call.request("POST", "/api/txn", body, MINIMAL)
+        r = call.request("POST", "/api/txn", body, self.write_headers())
         if r is None:
             return None
         if r.status_code != 200:
@@ -528,7 +542,9 @@ class ZeroLock:
         return shard_id
 
     def append(self, call: Call, log_id: str, item: str) -> bool | None:
-        r = call.request("POST", f"/api/shards/{log_id}/commit", {"append": [item]}, MINIMAL)
+        r = call.request(
+            "POST", f"/api/shards/{log_id}/commit", {"append": [item]}, self.write_headers()
+        )
         if r is None:
             return None
         if r.status_code != 200:
@@ -665,7 +681,12 @@ def running_etcd(keep_data: bool, client_kind: str) -> Iterator[Etcd]:
 
 @contextlib.contextmanager
 def running_zerolock(
-    db: str, keep_data: bool, client_kind: str, web_server: str = "uvicorn", transport: str = "http"
+    db: str,
+    keep_data: bool,
+    client_kind: str,
+    web_server: str = "uvicorn",
+    transport: str = "http",
+    keyed: bool = False,
 ) -> Iterator[ZeroLock]:
     if db == "postgres":
         import redis  # a dependency of ZeroLock's own
@@ -679,7 +700,7 @@ def running_zerolock(
         redis_url=REDIS_URL,
         extra_env={"ZEROLOCK_BENCH_FLOOR": "true", "ZEROLOCK_SERVER": web_server},
     ) as server:
-        yield ZeroLock(server.url, server.proc.pid, server.api_key, client_kind, transport)
+        yield ZeroLock(server.url, server.proc.pid, server.api_key, client_kind, transport, keyed)
 
 
 class Watch:
@@ -1235,7 +1256,9 @@ def run_config(db: str, args: argparse.Namespace, stamp: str) -> list[dict[str, 
     rows: list[dict[str, Any]] = []
     with (
         running_etcd(args.keep_data, args.client) as etcd,
-        running_zerolock(db, args.keep_data, args.client, args.server, args.transport) as zl,
+        running_zerolock(
+            db, args.keep_data, args.client, args.server, args.transport, args.idempotency_keys
+        ) as zl,
     ):
         peers: list[Peer] = [etcd, zl]
         with zl.client("probe") as c:
@@ -1328,6 +1351,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="uvicorn",
         help="ZeroLock's web server (bin/serve's ZEROLOCK_SERVER)",
     )
+    parser.add_argument(
+        "--idempotency-keys",
+        action="store_true",
+        help="ZeroLock's timed writes carry a fresh Idempotency-Key each, as the SDK's do",
+    )
     parser.add_argument("--keep-data", action="store_true", help="keep data dirs and server logs")
     return parser.parse_args(argv)
 
@@ -1353,14 +1381,16 @@ def main(argv: list[str] | None = None) -> int:
         load_after = os.getloadavg()
         lines = summary(rows, args)
         print(
-            f"\n### {db} ({stamp}, {args.seconds:g} s per timed workload, client {args.client}, ZeroLock over {args.transport}, server {args.server}, "
+            f"\n### {db} ({stamp}, {args.seconds:g} s per timed workload, client {args.client}, ZeroLock over {args.transport}{' with Idempotency-Keys' if args.idempotency_keys else ''}, server {args.server}, "
             f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after)\n"
         )
         print(summary_markdown(lines))
         print()
         print(cpu_markdown(rows))
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        over = "" if args.transport == "http" else f"-{args.transport}"
+        over = ("" if args.transport == "http" else f"-{args.transport}") + (
+            "-keyed" if args.idempotency_keys else ""
+        )
         path = RESULTS_DIR / f"peer-{db}-{args.server}{over}-{stamp}.json"
         document = {
             "config": db,
