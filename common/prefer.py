@@ -16,6 +16,14 @@ from rest_framework.response import Response
 
 RETURN_MINIMAL = "return=minimal"
 
+# A write's answer as ``write_shape`` gives it: the body and its headers.
+Answer = tuple[dict[str, Any], dict[str, str]]
+
+
+def prefer_of(request: Request) -> str:
+    """The request's ``Prefer`` header, or ""."""
+    return request.headers.get("Prefer", "")
+
 
 def prefers_minimal(header: str) -> bool:
     """Whether a ``Prefer`` header value asks for ``return=minimal``.
@@ -45,9 +53,7 @@ def write_answer(
     prefers ``return=minimal``, marked with ``Preference-Applied``, and always
     without it when ``shown`` is False (a key that may not read the shard's
     values: an additive commit's merged value, a claim's whole queue)."""
-    shaped, headers = write_shape(
-        body, prefer=request.headers.get("Prefer", ""), omit=omit, shown=shown
-    )
+    shaped, headers = write_shape(body, prefer=prefer_of(request), omit=omit, shown=shown)
     return shaped_response(shaped, headers, status=status)
 
 
@@ -60,7 +66,7 @@ def shaped_response(body: Any, headers: Mapping[str, str], *, status: int = 200)
 
 def write_shape(
     body: Mapping[str, Any], *, prefer: str, omit: Iterable[str] = ("value",), shown: bool = True
-) -> tuple[dict[str, Any], dict[str, str]]:
+) -> Answer:
     """What ``write_answer`` answers, without DRF: the body and its headers (the
     direct lane's straight calls build their answer from this)."""
     minimal = prefers_minimal(prefer)

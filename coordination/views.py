@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from access.auth import principal
-from access.identity import sees_values
+from access.identity import Principal, sees_values
 from common.api import ApiView
 from common.inputs import parsed
 from common.openapi import CONFLICT, PREFER_PARAMETERS, ErrorEnvelopeSerializer
-from common.prefer import write_answer
+from common.prefer import Answer, prefer_of, shaped_response, write_shape
 from shards.serializers import SHARD_ID_PARAMETER
 
 from . import leases, reservations, sessions
@@ -62,11 +64,16 @@ class TxnView(ApiView):
         request=TxnSerializer, responses={200: dict, 409: CONFLICT}, parameters=PREFER_PARAMETERS
     )
     def post(self, request: Request) -> Response:
-        result = txn_apply(
-            actor=principal(request).actor, key=principal(request).key, body=request.data
+        return shaped_response(
+            *txn_answer(principal(request), request.data, prefer=prefer_of(request))
         )
-        # Minimal: the outcome and the versions written, not what the ops read.
-        return write_answer(request, result, omit=("responses",))
+
+
+def txn_answer(who: Principal, data: Any, *, prefer: str) -> Answer:
+    """``POST /api/txn``'s answer: the view's, and the straight call's."""
+    result = txn_apply(actor=who.actor, key=who.key, body=data)
+    # Minimal: the outcome and the versions written, not what the ops read.
+    return write_shape(result, prefer=prefer, omit=("responses",))
 
 
 NOTHING_TO_CLAIM = OpenApiResponse(
@@ -90,16 +97,24 @@ class ClaimView(ApiView):
         parameters=[*PREFER_PARAMETERS, SHARD_ID_PARAMETER],
     )
     def post(self, request: Request, shard_id: str) -> Response:
-        data = parsed(ClaimSerializer, request.data)
-        claim = task_claim(
-            actor=principal(request).actor,
-            shard_id=shard_id,
-            where=data["where"],
-            set_fields=data["set"],
-            lease_id=data.get("lease_id"),
-            fence=data.get("fence"),
+        return shaped_response(
+            *claim_answer(principal(request), shard_id, request.data, prefer=prefer_of(request))
         )
-        return write_answer(request, claim.as_dict(), shown=sees_values(principal(request).key))
+
+
+def claim_answer(who: Principal, shard_id: str, data: Any, *, prefer: str) -> Answer:
+    """``POST /api/shards/{id}/claim``'s answer to the parsed body ``data``: the
+    view's, and the direct lane's straight call's (zerolock_site/direct.py)."""
+    checked = parsed(ClaimSerializer, data)
+    claim = task_claim(
+        actor=who.actor,
+        shard_id=shard_id,
+        where=checked["where"],
+        set_fields=checked["set"],
+        lease_id=checked.get("lease_id"),
+        fence=checked.get("fence"),
+    )
+    return write_shape(claim.as_dict(), prefer=prefer, shown=sees_values(who.key))
 
 
 class LeaseListView(ApiView):
@@ -107,14 +122,19 @@ class LeaseListView(ApiView):
 
     @extend_schema(request=LeaseRequestSerializer, responses={201: dict, 409: CONFLICT})
     def post(self, request: Request) -> Response:
-        body = request.data if isinstance(request.data, dict) else {}
-        lease = leases.lease_grant(
-            holder=principal(request).agent_id,
-            key_prefix=principal(request).key.prefix,
-            ttl_seconds=body.get("ttl_seconds"),
-            session=body.get("session"),
-        )
-        return Response(leases.lease_data(lease), status=201)
+        return Response(lease_grant_answer(principal(request), request.data), status=201)
+
+
+def lease_grant_answer(who: Principal, data: Any) -> dict[str, Any]:
+    """``POST /api/leases``'s answer (201): the view's, and the straight call's."""
+    body = data if isinstance(data, dict) else {}
+    lease = leases.lease_grant(
+        holder=who.agent_id,
+        key_prefix=who.key.prefix,
+        ttl_seconds=body.get("ttl_seconds"),
+        session=body.get("session"),
+    )
+    return leases.lease_data(lease)
 
 
 class LeaseDetailView(ApiView):
@@ -124,12 +144,13 @@ class LeaseDetailView(ApiView):
         responses={204: OpenApiResponse(description="Revoked")}, parameters=[LEASE_ID_PARAMETER]
     )
     def delete(self, request: Request, lease_id: str) -> Response:
-        leases.lease_revoke(
-            lease_id=lease_id,
-            holder=principal(request).agent_id,
-            key_prefix=principal(request).key.prefix,
-        )
+        lease_revoke_answer(principal(request), lease_id)
         return Response(status=204)
+
+
+def lease_revoke_answer(who: Principal, lease_id: str) -> None:
+    """``DELETE /api/leases/{id}`` (204, no body): the view's, and the straight call's."""
+    leases.lease_revoke(lease_id=lease_id, holder=who.agent_id, key_prefix=who.key.prefix)
 
 
 class LeaseKeepAliveView(ApiView):
@@ -137,12 +158,15 @@ class LeaseKeepAliveView(ApiView):
 
     @extend_schema(request=None, responses=dict, parameters=[LEASE_ID_PARAMETER])
     def post(self, request: Request, lease_id: str) -> Response:
-        lease = leases.lease_keepalive(
-            lease_id=lease_id,
-            holder=principal(request).agent_id,
-            key_prefix=principal(request).key.prefix,
-        )
-        return Response(leases.lease_data(lease))
+        return Response(lease_keepalive_answer(principal(request), lease_id))
+
+
+def lease_keepalive_answer(who: Principal, lease_id: str) -> dict[str, Any]:
+    """``POST /api/leases/{id}/keepalive``'s answer: the view's, and the straight call's."""
+    lease = leases.lease_keepalive(
+        lease_id=lease_id, holder=who.agent_id, key_prefix=who.key.prefix
+    )
+    return leases.lease_data(lease)
 
 
 RESERVATION_CONFLICT = OpenApiResponse(

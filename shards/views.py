@@ -18,7 +18,7 @@ from common.api import ApiView
 from common.errors import Invalid
 from common.inputs import parsed
 from common.openapi import CONFLICT, PREFER_PARAMETERS
-from common.prefer import shaped_response, write_shape
+from common.prefer import prefer_of, shaped_response, write_shape
 from shards import services
 from shards.models import Shard, ShardType
 
@@ -121,7 +121,7 @@ class ShardCommitView(ApiView):
     )
     def post(self, request: Request, shard_id: str) -> Response:
         body, headers = shard_commit_answer(
-            principal(request), shard_id, request.data, prefer=request.headers.get("Prefer", "")
+            principal(request), shard_id, request.data, prefer=prefer_of(request)
         )
         return shaped_response(body, headers)
 

@@ -21,9 +21,9 @@ answer is the code an HTTP request runs, called from here:
 - an unexpected error: the envelope middleware's 500, and the warning Django's
   handler logs for every 4xx and 5xx.
 
-A shard read and a commit go further: straight calls (below) make the same
-calls DRF's dispatch and the API middleware would, in their order, without
-DRF's request and response objects.
+Each of them goes further: straight calls (below) make the same calls DRF's
+dispatch and the API middleware would, in their order, without DRF's request
+and response objects.
 
 Any other view, and a Host outside ALLOWED_HOSTS, take the full application.
 The lane's test (tests/site/test_direct_lane.py) holds the two to the same
@@ -143,14 +143,14 @@ _api_middleware = _chain(_view)
 
 # --- straight calls ------------------------------------------------------------------
 #
-# The hottest two (a shard read, a commit) skip DRF's dispatch too, and call what
-# it would call, in its order, each rule from its one home: the rate limit
+# The hot calls (a shard read, a commit, a claim, a txn, the lease calls) skip
+# DRF's dispatch too, and call what it would call, in its order, each rule from its one home: the rate limit
 # (``request_rate_hit``, as RateLimitMiddleware), authentication
 # (``principal_admit``, as ApiKeyAuthentication), the permission, agent and
 # scope checks (``call_permitted``, as HasKeyPermission, with the view's own
 # ``required_permissions``), the body's parser (``json_body_loads``, as
-# SafeJSONParser), the view's body (``shard_read_answer``,
-# ``shard_commit_answer``, which the DRF views call too), the renderer, and the
+# SafeJSONParser), the view's body (``shard_read_answer``, ``claim_answer``, ...,
+# which the DRF views call too), the renderer, and the
 # exception handler for every refusal; around them, a write's Idempotency-Key
 # (``idempotent_answer``, as IdempotencyMiddleware: the SDK sends one on every
 # write). DRF's request, negotiation and response objects were most of what a
@@ -159,17 +159,54 @@ _api_middleware = _chain(_view)
 # takes the middleware chain above, as does every call once settings.MIDDLEWARE
 # holds another API middleware.
 
-Straight = Callable[[Principal, Any, str, dict[str, Any]], tuple[dict[str, Any], dict[str, str]]]
+# A straight call: the principal, the parsed body, the Prefer header and the
+# path's arguments in; the answer's body (None: no body), headers and status out.
+Straight = Callable[
+    [Principal, Any, str, dict[str, Any]], tuple[dict[str, Any] | None, dict[str, str], int]
+]
+
+
+def _ok(
+    answer: tuple[dict[str, Any], dict[str, str]],
+) -> tuple[dict[str, Any], dict[str, str], int]:
+    return answer[0], answer[1], 200
+
 
 STRAIGHT: dict[tuple[type[APIView], str], Straight] = {
     (shard_views.ShardDetailView, "GET"): lambda who, data, prefer, kwargs: (
         shard_views.shard_read_answer(who, kwargs["shard_id"]),
         {},
+        200,
     ),
-    (shard_views.ShardCommitView, "POST"): lambda who, data, prefer, kwargs: (
+    (shard_views.ShardCommitView, "POST"): lambda who, data, prefer, kwargs: _ok(
         shard_views.shard_commit_answer(who, kwargs["shard_id"], data, prefer=prefer)
     ),
+    (coordination_views.ClaimView, "POST"): lambda who, data, prefer, kwargs: _ok(
+        coordination_views.claim_answer(who, kwargs["shard_id"], data, prefer=prefer)
+    ),
+    (coordination_views.TxnView, "POST"): lambda who, data, prefer, kwargs: _ok(
+        coordination_views.txn_answer(who, data, prefer=prefer)
+    ),
+    (coordination_views.LeaseListView, "POST"): lambda who, data, prefer, kwargs: (
+        coordination_views.lease_grant_answer(who, data),
+        {},
+        201,
+    ),
+    (coordination_views.LeaseKeepAliveView, "POST"): lambda who, data, prefer, kwargs: (
+        coordination_views.lease_keepalive_answer(who, kwargs["lease_id"]),
+        {},
+        200,
+    ),
+    (coordination_views.LeaseDetailView, "DELETE"): lambda who, data, prefer, kwargs: _revoked(
+        who, kwargs["lease_id"]
+    ),
 }
+
+
+def _revoked(who: Principal, lease_id: str) -> tuple[None, dict[str, str], int]:
+    coordination_views.lease_revoke_answer(who, lease_id)
+    return None, {}, 204
+
 
 # The API middleware a straight call stands for, each one's body called from it.
 STRAIGHT_MIDDLEWARE = [
@@ -211,6 +248,9 @@ def _json_or_empty(meta: dict[str, Any]) -> bool:
 
 def _json_response(body: Any, status: int, headers: Any) -> HttpResponse:
     response = HttpResponse(_renderer.render(body), status=status, content_type="application/json")
+    if not response.content:
+        # As DRF's Response: no body (a 204), no Content-Type.
+        del response["Content-Type"]
     for name, value in headers:
         response[name] = value
     return response
@@ -231,8 +271,8 @@ def _straight_response(
 ) -> HttpResponse:
     """The view's answer, or its refusal, as DRF's dispatch would render it."""
     try:
-        answer, headers = _straight_run(match, request, straight)
-        return _json_response(answer, 200, headers.items())
+        answer, headers, status = _straight_run(match, request, straight)
+        return _json_response(answer, status, headers.items())
     except Exception as error:  # noqa: BLE001 -- the API's exception handler decides
         refused = api_exception_handler(error, {})
         if refused is None:
@@ -245,7 +285,7 @@ def _straight_response(
 
 def _straight_run(
     match: ResolverMatch, request: HttpRequest, straight: Straight
-) -> tuple[dict[str, Any], dict[str, str]]:
+) -> tuple[dict[str, Any] | None, dict[str, str], int]:
     """DRF's dispatch for a straight call: authentication, permissions, the body, the view."""
     who = principal_admit(
         request_key(request),
@@ -255,7 +295,9 @@ def _straight_run(
     call_permitted(
         who,
         method=str(request.method),
-        needed=match.func.view_class.required_permissions.get(request.method),  # type: ignore[attr-defined]
+        # As HasKeyPermission reads it: a view may name none (POST /api/txn
+        # checks each operation's shard in its service).
+        needed=getattr(match.func.view_class, "required_permissions", {}).get(request.method),  # type: ignore[attr-defined]
         shard_id=match.kwargs.get("shard_id"),
     )
     # Read as DRF reads it (the stream, not ``request.body``), an empty body
