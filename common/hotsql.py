@@ -9,7 +9,9 @@ cursor (so transactions, savepoints, query capture in tests and the
 connection's tuning all apply) and through each field's own conversion in both
 directions (``get_db_prep_save`` going in, the field's and backend's
 converters coming out), so values round-trip exactly as the ORM would give
-them. Only plain column equality is offered: anything richer belongs in the ORM.
+them. Only plain column equality (and ``IS NULL`` in an UPDATE's WHERE) is
+offered, and one conflict rule (``insert_unless``): anything richer belongs in
+the ORM.
 """
 
 from __future__ import annotations

@@ -172,8 +172,11 @@ def _record_decided(
         if record.created_at < now - TTL:  # kept past its day: the key is free again
             record.delete()
             made = _record_made(scope, key, digest, holder, now)
-            assert made is not None  # the writer's lock is held: nobody took it since
-            return Reserved(made, holder)
+            if made is not None:
+                return Reserved(made, holder)
+            # Another retry of this key freed and took it first (PostgreSQL, two
+            # processes): decide on its record, as on any other.
+            record = IdempotencyRecord.objects.get(scope=scope, key=key)
         if record.request_hash != digest:
             return _error(
                 ErrorCode.IDEMPOTENCY_KEY_REUSED,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 import httpx
@@ -148,7 +149,8 @@ def test_another_agent_of_the_same_key_with_the_same_idempotency_key_is_its_own_
 
 # --- a key whose holder died: taken over, and fenced --------------------------------
 # What a server killed between its write and its answer leaves is a reservation
-# (``idempotency_reserve``) whose answer is never stored (``idempotency_store``); these tests make that
+# (``idempotency_reserve``) whose answer is never stored (``idempotency_store``);
+# these tests make that
 # state with the middleware's own steps, on the real database and the real write
 # path (group commit's leader included: transaction=True).
 
@@ -273,3 +275,19 @@ def test_a_5xx_after_the_write_went_in_is_kept_as_answer_lost_but_one_before_it_
     nothing = _reserve("pay-4")
     idempotency_store(nothing, HttpResponse(status=503))
     assert isinstance(_reserve("pay-4"), Reserved)  # reserved afresh: the retry runs
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_key_is_free_again_a_day_after_its_answer_and_only_then():
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        first = _reserve("nightly-1")
+        assert isinstance(first, Reserved)
+        idempotency_store(first, HttpResponse(b'{"n": 1}', status=200))
+        clock.shift(timedelta(hours=23))
+        replay = _reserve("nightly-1")
+        assert isinstance(replay, HttpResponse) and replay["Idempotent-Replayed"] == "true"
+        assert replay.content == b'{"n": 1}'
+        clock.shift(timedelta(hours=2))  # past its 24 hours: a new request of the key
+        again = _reserve("nightly-1")
+        assert isinstance(again, Reserved) and again.record_id != first.record_id
+        assert IdempotencyRecord.objects.filter(scope=SCOPE, key="nightly-1").count() == 1
