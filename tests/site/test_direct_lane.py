@@ -92,6 +92,13 @@ def _steady(text: str, ns: str) -> str:
 def _script(ns: str) -> list[tuple[str, str, Any, dict[str, str], str]]:
     """(method, path, body, headers, key) over every hot view and its refusals."""
     queue = {"t1": {"status": "pending"}}
+
+    def keyed(
+        version: int, value: int, key: str, who: str = "all"
+    ) -> tuple[str, str, Any, dict[str, str], str]:
+        body = {"expected_version": version, "new_value": value}
+        return ("POST", f"/api/shards/{ns}c/commit", body, {"Idempotency-Key": key}, who)
+
     return [
         (
             "POST",
@@ -172,55 +179,13 @@ def _script(ns: str) -> list[tuple[str, str, Any, dict[str, str], str]]:
         ),
         # A decision commit with a key, its replay, a key too long, and a key on
         # a refused call (nothing kept: the retry is refused again, not replayed).
-        (
-            "POST",
-            f"/api/shards/{ns}c/commit",
-            {"expected_version": 3, "new_value": 5},
-            {"Idempotency-Key": f"{ns}k2"},
-            "all",
-        ),
-        (
-            "POST",
-            f"/api/shards/{ns}c/commit",
-            {"expected_version": 3, "new_value": 5},
-            {"Idempotency-Key": f"{ns}k2"},
-            "all",
-        ),
-        (
-            "POST",
-            f"/api/shards/{ns}c/commit",
-            {"expected_version": 4, "new_value": 6},
-            {"Idempotency-Key": "k" * 256},
-            "all",
-        ),
-        (
-            "POST",
-            f"/api/shards/{ns}c/commit",
-            {"expected_version": 4, "new_value": 6},
-            {"Idempotency-Key": f"{ns}k3"},
-            "anonymous",
-        ),
-        (
-            "POST",
-            f"/api/shards/{ns}c/commit",
-            {"expected_version": 4, "new_value": 6},
-            {"Idempotency-Key": f"{ns}k3"},
-            "reader",
-        ),
-        (
-            "POST",
-            f"/api/shards/{ns}c/commit",
-            {"expected_version": 1, "new_value": 6},
-            {"Idempotency-Key": f"{ns}k4"},
-            "all",
-        ),
-        (
-            "POST",
-            f"/api/shards/{ns}c/commit",
-            {"expected_version": 1, "new_value": 6},
-            {"Idempotency-Key": f"{ns}k4"},
-            "all",
-        ),
+        keyed(3, 5, f"{ns}k2"),
+        keyed(3, 5, f"{ns}k2"),
+        keyed(4, 6, "k" * 256),
+        keyed(4, 6, f"{ns}k3", who="anonymous"),
+        keyed(4, 6, f"{ns}k3", who="reader"),
+        keyed(1, 6, f"{ns}k4"),
+        keyed(1, 6, f"{ns}k4"),
         ("POST", f"/api/shards/{ns}log/commit", {"set": 1}, {}, "all"),
         ("POST", f"/api/shards/{ns}log/commit", [1, 2], {}, "all"),
         ("POST", f"/api/shards/{ns}log/commit", {"append": ["c"]}, {}, "badagent"),
