@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -187,8 +188,37 @@ def _additional_properties(upstream: Callable[..., Any]) -> Callable[..., Any]:
 # how busy the machine is. A schema without loops needs a few hundred.
 PROBE_STEPS = 20_000
 
+# How many Python frames deeper than where it started a probe's validation may
+# go. A ref loop that does not descend into the value ({"not": {"$ref": "#"}})
+# nests without end; left to Python's recursion limit, the RecursionError is
+# sometimes raised inside referencing's Rust map (rpds), which turns it into a
+# pyo3 PanicException, a BaseException nobody can rely on catching. So probes
+# stop well before the limit, at the same depth whatever the caller's stack.
+# A legitimate schema on a probe value (a scalar, [] or {}) nests only as deep
+# as its own document (ZEROLOCK_SCHEMA_MAX_DEPTH, 32: about 200 frames).
+PROBE_FRAMES = 500
+
+
+def probe_frame_limit() -> int:
+    """The absolute frame depth a probe started here may not reach: this
+    frame's depth plus PROBE_FRAMES, and always short of the recursion limit."""
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back  # type: ignore[assignment]
+    return min(depth + PROBE_FRAMES, sys.getrecursionlimit() - 100)
+
+
+def _deeper_than(frames: int) -> bool:
+    try:
+        sys._getframe(frames)
+    except ValueError:
+        return False
+    return True
+
+
 # The current validation's budget: [steps until the clock is read, CPU deadline,
-# steps left (probes only; -1: no step cap)].
+# steps left (probes only; -1: no step cap), the frame depth a probe may not
+# reach (probes only)].
 _budget: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
     "value_schema_budget", default=None
 )
@@ -200,7 +230,7 @@ def _spend(steps: int) -> None:
         return
     if budget[2] >= 0:
         budget[2] -= steps
-        if budget[2] < 0:
+        if budget[2] < 0 or _deeper_than(int(budget[3])):
             raise _TooCostly
         return
     budget[0] -= steps

@@ -71,6 +71,7 @@ from .schema_keywords import (
     _safe_class,
     _schema_format_checker,
     _TooCostly,
+    probe_frame_limit,
 )
 
 # Keywords that apply subschemas to the same place in the value (their widths add up).
@@ -283,7 +284,8 @@ def _errors(validator: Any, value: Any, *, steps: int = -1) -> ValidationError |
     """The best error of ``value`` (None: valid), within the CPU budget, or within
     ``steps`` steps when given (the probes at create)."""
     deadline = time.thread_time() + settings.ZEROLOCK_SCHEMA_BUDGET_MS / 1000
-    token = _budget.set([CLOCK_EVERY, deadline, steps])
+    frames = probe_frame_limit() if steps >= 0 else 0
+    token = _budget.set([CLOCK_EVERY, deadline, steps, frames])
     try:
         return best_match(validator.iter_errors(value))
     finally:

@@ -296,6 +296,49 @@ def test_a_ref_that_leads_nowhere_or_never_ends_is_refused_at_create(admin, sche
     assert time.monotonic() - started < 30  # bounded, never a hang (it takes well under 1 s)
 
 
+def _called_from_depth(frames: int, call: Callable[[], Any]) -> Any:
+    """``call()`` from ``frames`` Python frames deeper than here."""
+    if frames == 0:
+        return call()
+    return _called_from_depth(frames - 1, call)
+
+
+def _schema_answer(schema: Any) -> str:
+    value_schema._built.cache_clear()  # each build runs its probes anew
+    try:
+        schema_check(schema)
+    except ApiError as refused:
+        return str(refused.code)
+    return "accepted"
+
+
+def test_a_loop_is_refused_the_same_way_however_deep_the_caller_s_stack_is():
+    # A loop that does not descend into the value nests until something stops
+    # it. Left to Python's recursion limit, where it hit depended on the stack
+    # the request came with, and once in CI the RecursionError was raised
+    # inside referencing's Rust map: a PanicException, and a 500.
+    for depth in [*range(0, 40), *range(40, 700, 50)]:
+        answers = {
+            json.dumps(s): _called_from_depth(depth, lambda s=s: _schema_answer(s))
+            for s in BAD_REFS
+        }
+        assert set(answers.values()) <= {"VALIDATION_ERROR", "SCHEMA_TOO_COSTLY"}, (depth, answers)
+
+
+def test_a_long_chain_of_refs_and_nested_nots_that_end_is_accepted_at_any_depth():
+    chain = {
+        "$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(30)}
+        | {"d30": {"type": ["object", "null"]}},
+        "$ref": "#/$defs/d0",
+    }
+    nots: dict[str, Any] = {"type": "object"}
+    for _ in range(15):
+        nots = {"not": {"not": nots}}
+    for depth in (0, 300, 600):
+        assert _called_from_depth(depth, lambda: _schema_answer(chain)) == "accepted"
+        assert _called_from_depth(depth, lambda: _schema_answer(nots)) == "accepted"
+
+
 @pytest.mark.parametrize("schema", BAD_REFS, ids=lambda s: json.dumps(s)[:60])
 def test_a_legacy_shard_with_such_a_ref_answers_400_on_commit_not_500(admin, schema):
     if "\\u0000" in json.dumps(schema) and connection.vendor == "postgresql":
