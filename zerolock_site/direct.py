@@ -60,19 +60,6 @@ from zerolock_site.http_errors import api_exception_handler
 
 logger = logging.getLogger(__name__)
 
-# The calls agents make in their loops: read, commit (decision and additive),
-# claim, txn and the lease calls. Each view here reads only what DRF's request
-# gives it (its body, headers and principal), nothing of Django's middleware.
-HOT_VIEWS: dict[type[APIView], frozenset[str]] = {
-    shard_views.ShardDetailView: frozenset({"GET"}),
-    shard_views.ShardCommitView: frozenset({"POST"}),
-    coordination_views.ClaimView: frozenset({"POST"}),
-    coordination_views.TxnView: frozenset({"POST"}),
-    coordination_views.LeaseListView: frozenset({"POST"}),
-    coordination_views.LeaseDetailView: frozenset({"DELETE"}),
-    coordination_views.LeaseKeepAliveView: frozenset({"POST"}),
-}
-
 
 def direct_view(environ: dict[str, Any]) -> ResolverMatch | None:
     """Where this request is answered in the direct lane, or None when the full
@@ -82,7 +69,7 @@ def direct_view(environ: dict[str, Any]) -> ResolverMatch | None:
     except Resolver404:
         return None
     view_class = getattr(match.func, "view_class", None)
-    if environ["REQUEST_METHOD"] not in HOT_VIEWS.get(view_class, ()):  # type: ignore[arg-type]
+    if (view_class, environ["REQUEST_METHOD"]) not in STRAIGHT:
         return None
     return match
 
@@ -144,14 +131,14 @@ _api_middleware = _chain(_view)
 # --- straight calls ------------------------------------------------------------------
 #
 # The hot calls (a shard read, a commit, a claim, a txn, the lease calls) skip
-# DRF's dispatch too, and call what it would call, in its order, each rule from its one home: the rate limit
-# (``request_rate_hit``, as RateLimitMiddleware), authentication
+# DRF's dispatch too, and call what it would call, in its order, each rule from
+# its one home: the rate limit (``request_rate_hit``, as RateLimitMiddleware), authentication
 # (``principal_admit``, as ApiKeyAuthentication), the permission, agent and
 # scope checks (``call_permitted``, as HasKeyPermission, with the view's own
 # ``required_permissions``), the body's parser (``json_body_loads``, as
 # SafeJSONParser), the view's body (``shard_read_answer``, ``claim_answer``, ...,
-# which the DRF views call too), the renderer, and the
-# exception handler for every refusal; around them, a write's Idempotency-Key
+# which the DRF views call too), the renderer, and the exception handler for
+# every refusal; around them, a write's Idempotency-Key
 # (``idempotent_answer``, as IdempotencyMiddleware: the SDK sends one on every
 # write). DRF's request, negotiation and response objects were most of what a
 # lane call cost beyond its service (measured: docs/decisions.md). A call they
@@ -161,17 +148,18 @@ _api_middleware = _chain(_view)
 
 # A straight call: the principal, the parsed body, the Prefer header and the
 # path's arguments in; the answer's body (None: no body), headers and status out.
-Straight = Callable[
-    [Principal, Any, str, dict[str, Any]], tuple[dict[str, Any] | None, dict[str, str], int]
-]
+StraightAnswer = tuple[dict[str, Any] | None, dict[str, str], int]
+Straight = Callable[[Principal, Any, str, dict[str, Any]], StraightAnswer]
 
 
-def _ok(
-    answer: tuple[dict[str, Any], dict[str, str]],
-) -> tuple[dict[str, Any], dict[str, str], int]:
+def _ok(answer: tuple[dict[str, Any], dict[str, str]]) -> StraightAnswer:
     return answer[0], answer[1], 200
 
 
+# The calls agents make in their loops, and the only ones the lane answers: read,
+# commit (decision and additive), claim, txn and the lease calls. Each view here
+# reads only what DRF's request gives it (its body, headers and principal),
+# nothing of Django's middleware.
 STRAIGHT: dict[tuple[type[APIView], str], Straight] = {
     (shard_views.ShardDetailView, "GET"): lambda who, data, prefer, kwargs: (
         shard_views.shard_read_answer(who, kwargs["shard_id"]),
@@ -203,7 +191,7 @@ STRAIGHT: dict[tuple[type[APIView], str], Straight] = {
 }
 
 
-def _revoked(who: Principal, lease_id: str) -> tuple[None, dict[str, str], int]:
+def _revoked(who: Principal, lease_id: str) -> StraightAnswer:
     coordination_views.lease_revoke_answer(who, lease_id)
     return None, {}, 204
 
@@ -283,9 +271,7 @@ def _straight_response(
         return _json_response(refused.data, refused.status_code, kept)
 
 
-def _straight_run(
-    match: ResolverMatch, request: HttpRequest, straight: Straight
-) -> tuple[dict[str, Any] | None, dict[str, str], int]:
+def _straight_run(match: ResolverMatch, request: HttpRequest, straight: Straight) -> StraightAnswer:
     """DRF's dispatch for a straight call: authentication, permissions, the body, the view."""
     who = principal_admit(
         request_key(request),
