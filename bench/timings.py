@@ -1,6 +1,8 @@
 """Timings the tests no longer assert (they depend on the machine): how soon after its
-TTL an abandoned lease's claim is taken over, and how soon a revoked key's open
-socket is closed. Run by hand: ``.venv/bin/python bench/timings.py [--trials 10]``.
+TTL an abandoned lease's claim is taken over, how soon a revoked key's open socket
+is closed, and how soon an agent whose socket closed leaves ``GET /api/agents`` and
+its session lease ends. Run by hand:
+``.venv/bin/python bench/timings.py [--trials 10] [--db postgres]``.
 
 lease takeover: a lease of --ttl seconds claims a path through /api/txn and is never
 kept alive; a second agent retries the claim every 50 ms. Reported: the delay past
@@ -8,6 +10,15 @@ the TTL, from the moment the lease was granted (client clock).
 revocation: a key's /ws/agents/ socket is open; the key is revoked in the database
 (``api_key_revoke`` through ``manage.py shell``). Reported: from the wall-clock time
 the revocation committed to the socket's close (the watcher polls every 0.5 s).
+presence: an agent's only socket is open and listed by ``GET /api/agents``; it is
+closed. Reported: from the close to the first listing without the agent, polled
+every 50 ms (issue 27's target: within 5 s).
+session lease: an agent's socket takes a session lease of --session-ttl seconds
+over a request frame and binds a path with it; the socket is closed. Reported: the
+delay past the TTL, from the close to the first read of the shard that finds the
+path released, polled every 50 ms (a read runs expiry first). Target: the lease
+ends within ttl_seconds + 1 s.
+The server is ``bin/serve`` as ``make run`` starts it (web process, worker, beat).
 """
 
 from __future__ import annotations
@@ -19,8 +30,10 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import websockets
@@ -82,7 +95,7 @@ def revocations(server: Server, trials: int) -> list[float]:
                 # the shell's own start and exit are not counted.
                 code = (
                     "import time; from access.models import ApiKey; "
-                    "from shards.services import api_key_revoke; "
+                    "from access.services import api_key_revoke; "
                     f"[api_key_revoke(key=k, revoked_by='bench') for k in ApiKey.objects.filter(prefix__endswith='{prefix}')]; "
                     "print(time.time())"
                 )
@@ -104,6 +117,103 @@ def revocations(server: Server, trials: int) -> list[float]:
     return delays
 
 
+def agent_socket(server: Server, agent: str) -> Any:
+    ws_url = server.url.replace("http://", "ws://") + "/ws/agents/"
+    headers = {"X-API-Key": server.api_key, "X-Agent-Id": agent}
+    return websockets.connect(ws_url, additional_headers=headers)
+
+
+def listed(client: httpx.Client, agent: str) -> bool:
+    answer = client.get("/api/agents")
+    answer.raise_for_status()
+    return any(entry["agent_id"] == agent for entry in answer.json()["results"])
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 30.0) -> float:
+    """Poll check() every 50 ms until it holds; the time.monotonic() it first did."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError("not within 30 s")
+        time.sleep(0.05)
+    return time.monotonic()
+
+
+def presence_departures(server: Server, trials: int) -> list[float]:
+    delays = []
+    with httpx.Client(base_url=server.url, headers={"X-API-Key": server.api_key}) as client:
+        for n in range(trials):
+            agent = f"leaver-{n}"
+
+            async def scenario(agent: str = agent) -> float:
+                async with agent_socket(server, agent) as ws:
+                    await asyncio.to_thread(wait_until, lambda: listed(client, agent))
+                    await ws.close()
+                    closed = time.monotonic()
+                gone = await asyncio.to_thread(wait_until, lambda: not listed(client, agent))
+                return (gone - closed) * 1000
+
+            delays.append(asyncio.run(scenario()))
+    return delays
+
+
+async def frame_request(ws: Any, number: int, method: str, path: str, body: Any) -> Any:
+    await ws.send(
+        json.dumps({"type": "request", "id": number, "method": method, "path": path, "body": body})
+    )
+    while True:
+        got = json.loads(await asyncio.wait_for(ws.recv(), timeout=30))
+        if got.get("type") == "response" and got.get("id") == number:
+            if got["status"] >= 300:
+                raise RuntimeError(f"{method} {path} -> {got['status']}: {got['body']}")
+            return got["body"]
+
+
+def session_lease_ends(server: Server, trials: int, ttl: int) -> list[float]:
+    delays = []
+    with httpx.Client(base_url=server.url, headers={"X-API-Key": server.api_key}) as client:
+        client.post(
+            "/api/shards",
+            json={"id": "sessions", "type": "decision", "initial_value": {}},
+            headers={"X-Agent-Id": "boss"},
+        ).raise_for_status()
+
+        def released(job: str) -> bool:
+            answer = client.get("/api/shards/sessions", headers={"X-Agent-Id": "watcher"})
+            answer.raise_for_status()
+            return job not in answer.json()["value"]
+
+        for n in range(trials):
+            job = f"job-{n}"
+
+            async def scenario(job: str = job) -> float:
+                async with agent_socket(server, f"holder-{job}") as ws:
+                    lease = await frame_request(
+                        ws, 1, "POST", "/api/leases", {"ttl_seconds": ttl, "session": True}
+                    )
+                    txn = {
+                        "compare": [{"shard_id": "sessions", "path": [job], "op": "not_exists"}],
+                        "success": [
+                            {
+                                "op": "put",
+                                "shard_id": "sessions",
+                                "path": [job],
+                                "value": "held",
+                                "lease_id": lease["lease_id"],
+                            }
+                        ],
+                        "failure": [],
+                    }
+                    assert (await frame_request(ws, 2, "POST", "/api/txn", txn))["succeeded"]
+                    await ws.close()
+                    closed = time.monotonic()
+                ended = await asyncio.to_thread(wait_until, lambda: released(job), ttl + 30)
+                return (ended - closed - ttl) * 1000
+
+            delays.append(asyncio.run(scenario()))
+    return delays
+
+
 def summary(values: list[float]) -> dict:
     return {
         "n": len(values),
@@ -117,14 +227,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--ttl", type=int, default=1)
+    parser.add_argument("--session-ttl", type=int, default=2)
     parser.add_argument("--db", default="sqlite", choices=["sqlite", "postgres"])
     args = parser.parse_args()
     rows = {}
-    with running_server("uvicorn", args.db, keep_data=False) as server:
+    with running_server("serve", args.db, keep_data=False) as server:
         log(f"lease takeover, {args.trials} trials, TTL {args.ttl} s")
         rows["lease_takeover_after_ttl"] = summary(lease_takeovers(server, args.trials, args.ttl))
         log(f"revocation, {args.trials} trials")
         rows["revoked_socket_closed_after"] = summary(revocations(server, args.trials))
+        log(f"presence after a socket closes, {args.trials} trials")
+        rows["presence_gone_after_close"] = summary(presence_departures(server, args.trials))
+        log(
+            f"session lease after its socket closes, {args.trials} trials, TTL {args.session_ttl} s"
+        )
+        rows["session_lease_ended_past_ttl"] = summary(
+            session_lease_ends(server, args.trials, args.session_ttl)
+        )
     print("\n| timing | n | min ms | median ms | max ms |\n|---|---|---|---|---|")
     for name, s in rows.items():
         print(f"| {name} | {s['n']} | {s['min_ms']} | {s['median_ms']} | {s['max_ms']} |")
