@@ -55,14 +55,18 @@ def claim(client: httpx.Client, agent: str, lease_id: str, job: str) -> bool:
     return response.json()["succeeded"]
 
 
+def empty_shard_create(client: httpx.Client, shard_id: str) -> None:
+    client.post(
+        "/api/shards",
+        json={"id": shard_id, "type": "decision", "initial_value": {}},
+        headers={"X-Agent-Id": "boss"},
+    ).raise_for_status()
+
+
 def lease_takeovers(server: Server, trials: int, ttl: int) -> list[float]:
     delays = []
     with httpx.Client(base_url=server.url, headers={"X-API-Key": server.api_key}) as client:
-        client.post(
-            "/api/shards",
-            json={"id": "jobs", "type": "decision", "initial_value": {}},
-            headers={"X-Agent-Id": "boss"},
-        ).raise_for_status()
+        empty_shard_create(client, "jobs")
         for n in range(trials):
             job = f"job-{n}"
             lease = client.post(
@@ -172,11 +176,7 @@ async def frame_request(ws: Any, number: int, method: str, path: str, body: Any)
 def session_lease_ends(server: Server, trials: int, ttl: int) -> list[float]:
     delays = []
     with httpx.Client(base_url=server.url, headers={"X-API-Key": server.api_key}) as client:
-        client.post(
-            "/api/shards",
-            json={"id": "sessions", "type": "decision", "initial_value": {}},
-            headers={"X-Agent-Id": "boss"},
-        ).raise_for_status()
+        empty_shard_create(client, "sessions")
 
         def released(job: str) -> bool:
             answer = client.get("/api/shards/sessions", headers={"X-Agent-Id": "watcher"})
