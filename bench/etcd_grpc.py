@@ -40,6 +40,7 @@ INT64, UINT64, BOOL, BYTES, MESSAGE, ENUM = (
     _F.TYPE_ENUM,
 )
 REPEATED = _F.LABEL_REPEATED
+TIMEOUT_S = 120.0  # as peer.py's HTTP clients
 
 # (name, number, type, type name for a message or enum, repeated, oneof index)
 Field = tuple[str, int, int, str, bool, int | None]
@@ -216,7 +217,7 @@ class GrpcClient:
         _rpc, request_class, _response = ROUTES[path]
         sent = json_format.ParseDict(body or {}, request_class())
         try:
-            reply = self._calls[path](sent, timeout=120)
+            reply = self._calls[path](sent, timeout=TIMEOUT_S)
         except grpc.RpcError as error:
             text = f"{error.code()}: {error.details()}"  # type: ignore[attr-defined]
             return GrpcAnswer(method, path, 503, {"error": text}, json.dumps({"error": text}))
