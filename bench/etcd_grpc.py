@@ -12,8 +12,8 @@ The messages are described here from etcd's published wire format (etcdserverpb
 workloads send or read, with etcd's field numbers; protobuf skips any other field
 it receives. Built at import with ``descriptor_pb2``, so nothing is generated or
 compiled. grpcio and protobuf come with the project's test extras
-(``pip install -e ".[bench]"`` installs them too); without them peer.py leaves
-the gRPC rows out and says so.
+(``pip install -e ".[bench]"`` installs them too); without them
+``peer.py --etcd-grpc`` stops at once and says what to install.
 
 Each agent's channel has its own TCP connection (a local subchannel pool: by
 default grpcio shares one connection between channels to the same address), as
@@ -25,6 +25,7 @@ shows in peer.py's client CPU column.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -175,17 +176,21 @@ ROUTES = {
 }
 
 
+@dataclass
 class GrpcAnswer:
-    """What peer.py reads of an answer, its JSON already parsed."""
+    """What peer.py reads of an etcd answer, its JSON already parsed."""
 
-    def __init__(self, method: str, path: str, status_code: int, parsed: Any, text: str) -> None:
-        self.method, self.path, self.status_code = method, path, status_code
-        self._parsed, self.text = parsed, text
-        self.content = text.encode()
-        self.content_type = "application/json"
+    method: str
+    path: str
+    status_code: int
+    parsed: Any
 
     def json(self) -> Any:
-        return self._parsed
+        return self.parsed
+
+    @property
+    def text(self) -> str:  # only an error's is read
+        return json.dumps(self.parsed)
 
 
 class GrpcClient:
@@ -220,9 +225,9 @@ class GrpcClient:
             reply = self._calls[path](sent, timeout=TIMEOUT_S)
         except grpc.RpcError as error:
             text = f"{error.code()}: {error.details()}"  # type: ignore[attr-defined]
-            return GrpcAnswer(method, path, 503, {"error": text}, json.dumps({"error": text}))
+            return GrpcAnswer(method, path, 503, {"error": text})
         parsed = json_format.MessageToDict(reply, preserving_proto_field_name=True)
-        return GrpcAnswer(method, path, 200, parsed, "")
+        return GrpcAnswer(method, path, 200, parsed)
 
     def close(self) -> None:
         self._channel.close()

@@ -71,6 +71,8 @@ REQUEST_TIMEOUT_S = 120.0
 # ZeroLock's writes ask for no value back (RFC 7240); a server without support
 # ignores the header. etcd's put answers carry no value either (no prev_kv).
 MINIMAL = {"Prefer": "return=minimal"}
+# The name of etcd's gRPC peer (--etcd-grpc) in rows, tables and plots.
+GRPC_PEER = "etcd gRPC"
 
 
 # --------------------------------------------------------------------------- the client
@@ -1323,7 +1325,6 @@ def run_config(db: str, args: argparse.Namespace, stamp: str) -> list[dict[str, 
     return rows
 
 
-GRPC_PEER = "etcd gRPC"
 WEB_SERVERS = ("uvicorn", "daphne")
 WORKLOADS = ("mixed", "get", "floor", "commits", "claims", "appends")
 

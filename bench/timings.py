@@ -83,8 +83,14 @@ def lease_takeovers(server: Server, trials: int, ttl: int) -> list[float]:
     return delays
 
 
-def revocations(server: Server, trials: int) -> list[float]:
+def agent_socket(server: Server, key: str, agent: str | None = None) -> Any:
+    """A /ws/agents/ socket of this key (and agent id), to open with ``async with``."""
     ws_url = server.url.replace("http://", "ws://") + "/ws/agents/"
+    headers = {"X-API-Key": key} | ({"X-Agent-Id": agent} if agent else {})
+    return websockets.connect(ws_url, additional_headers=headers)
+
+
+def revocations(server: Server, trials: int) -> list[float]:
     delays = []
     for n in range(trials):
         raw = manage(server.env, "createapikey", f"doomed-{n}", "--permissions", "shard:read")
@@ -92,7 +98,7 @@ def revocations(server: Server, trials: int) -> list[float]:
         prefix = key.split(".")[0].removeprefix("zl_")
 
         async def scenario(key: str = key, prefix: str = prefix) -> float:
-            async with websockets.connect(ws_url, additional_headers={"X-API-Key": key}) as ws:
+            async with agent_socket(server, key) as ws:
                 await ws.send('{"type": "ping"}')
                 await ws.recv()
                 # The shell prints the wall clock right after the revocation committed;
@@ -121,12 +127,6 @@ def revocations(server: Server, trials: int) -> list[float]:
     return delays
 
 
-def agent_socket(server: Server, agent: str) -> Any:
-    ws_url = server.url.replace("http://", "ws://") + "/ws/agents/"
-    headers = {"X-API-Key": server.api_key, "X-Agent-Id": agent}
-    return websockets.connect(ws_url, additional_headers=headers)
-
-
 def listed(client: httpx.Client, agent: str) -> bool:
     answer = client.get("/api/agents")
     answer.raise_for_status()
@@ -150,7 +150,7 @@ def presence_departures(server: Server, trials: int) -> list[float]:
             agent = f"leaver-{n}"
 
             async def scenario(agent: str = agent) -> float:
-                async with agent_socket(server, agent) as ws:
+                async with agent_socket(server, server.api_key, agent) as ws:
                     await asyncio.to_thread(wait_until, lambda: listed(client, agent))
                     # From the moment the close is sent: its handshake counts too.
                     closed = time.monotonic()
@@ -188,7 +188,7 @@ def session_lease_ends(server: Server, trials: int, ttl: int) -> list[float]:
             job = f"job-{n}"
 
             async def scenario(job: str = job) -> float:
-                async with agent_socket(server, f"holder-{job}") as ws:
+                async with agent_socket(server, server.api_key, f"holder-{job}") as ws:
                     lease = await frame_request(
                         ws, 1, "POST", "/api/leases", {"ttl_seconds": ttl, "session": True}
                     )
